@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set-up for softmax-lab: installs only what is missing, builds the CUDA extension lab._C, and
+# says what it did. Safe to run again: it does nothing when nothing changed. Works offline when
+# torch and triton are already installed (as on the GPU machines). It never fails the set-up over
+# what this machine cannot do (no nvcc, a CPU-only torch): it says so, and the lab runs without it.
+set -uo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+TORCH_PIN=${TORCH_PIN:-torch==2.11.0}   # the CUDA 13.0 build, as on the H200 machines
+
+say() { printf 'build.sh: %s\n' "$*"; }
+has_module() { "$PY" -c "import $1" >/dev/null 2>&1; }
+pip_install() {
+  if "$PY" -m pip install -q "$@" >/tmp/softmax-lab-pip.log 2>&1; then say "installed $*"
+  else say "could not install $* (offline?): see /tmp/softmax-lab-pip.log"; return 1; fi
+}
+
+# 1. Python packages, each only if missing.
+has_module torch || pip_install "$TORCH_PIN" || { say "torch is required and could not be installed"; exit 1; }
+has_module triton || pip_install triton || say "triton missing: the Triton variants will be listed as skipped"
+for pkg in numpy pytest ninja matplotlib; do
+  has_module "$pkg" || pip_install "$pkg" || say "$pkg missing: some features will be unavailable"
+done
+
+# 2. Without a GPU the Triton kernels run under TRITON_INTERPRET=1, which in triton 3.6 needs
+#    numpy < 2.3 (newer numpy breaks loops with run-time bounds). GPU machines are left alone.
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  if ! "$PY" -c "
+import sys, numpy, triton
+major, minor = (int(v) for v in numpy.__version__.split('.')[:2])
+tv = tuple(int(v) for v in triton.__version__.split('.')[:2])
+sys.exit(0 if (major, minor) < (2, 3) or tv >= (3, 9) else 1)" 2>/dev/null; then
+    if has_module triton; then pip_install "numpy<2.3" || say "the Triton interpreter may fail with this numpy"; fi
+  fi
+fi
+
+# 3. The CUDA extension.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
+NVCC=${CUDA_HOME:+$CUDA_HOME/bin/}nvcc
+if ! command -v "$NVCC" >/dev/null 2>&1; then
+  say "no nvcc found: the CUDA variants are not built (set CUDA_HOME to build them)"; exit 0
+fi
+if [ "$("$PY" -c 'import torch; print(torch.version.cuda or "")')" = "" ]; then
+  say "torch is a CPU-only build: the CUDA variants are not built (install a CUDA build of torch)"; exit 0
+fi
+
+stamp=build/softmax-lab.stamp
+state=$( { cat setup.py; find csrc -type f | sort | xargs cat; \
+           echo "${CUDA_ARCH:-}|${TORCH_CUDA_ARCH_LIST:-}|${DEBUG:-}"; "$PY" -c 'import torch; print(torch.__version__)'; } \
+         | sha256sum | cut -d' ' -f1)
+if ls lab/_C*.so >/dev/null 2>&1 && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$state" ]; then
+  say "lab._C is up to date ($(ls lab/_C*.so))"; exit 0
+fi
+say "building lab._C with $("$NVCC" --version | tail -1) (arch ${CUDA_ARCH:-${TORCH_CUDA_ARCH_LIST:-sm_90}})..."
+start=$SECONDS
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+if "$PY" setup.py build_ext --inplace >build.log 2>&1; then
+  mkdir -p build && echo "$state" >"$stamp"
+  say "built $(ls lab/_C*.so) in $((SECONDS - start)) s (log: build.log)"
+else
+  tail -30 build.log
+  say "the CUDA extension failed to build (full log: build.log)"; exit 1
+fi

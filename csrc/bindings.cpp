@@ -1,0 +1,94 @@
+// The only file that sees torch: validates inputs once, maps the dtype, picks the current stream,
+// and registers every CUDA variant of LAB_SOFTMAX_VARIANTS as two operators,
+//   torch.ops.lab.<name>(Tensor x) -> Tensor
+//   torch.ops.lab.<name>.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)
+// Softmax is taken over the last dimension of a 2-D tensor.
+#include <Python.h>
+
+#include <climits>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "lab/launch.h"
+
+namespace lab {
+namespace {
+
+DType to_lab_dtype(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kHalf: return DType::kFloat16;
+    case at::kBFloat16: return DType::kBFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, "lab::", op, ": expected float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+}
+
+void check_input(const at::Tensor& x, const char* op) {
+  TORCH_CHECK(x.is_cuda(), "lab::", op, ": expected a CUDA tensor, got one on ", x.device());
+  TORCH_CHECK(x.dim() == 2, "lab::", op, ": expected a 2-D tensor (rows, cols), got ", x.dim(), " dims");
+  to_lab_dtype(x, op);
+  TORCH_CHECK(x.size(1) <= INT_MAX, "lab::", op, ": rows longer than 2^31 - 1 elements are not supported");
+  TORCH_CHECK(x.size(1) <= 1 || x.stride(1) == 1, "lab::", op,
+              ": the last dimension must be contiguous (stride 1), got strides ", x.strides());
+}
+
+void run(RowsLauncher launch, const at::Tensor& x, at::Tensor& out, const char* op) {
+  TORCH_CHECK(out.device() == x.device(), "lab::", op, ": out is on ", out.device(), ", x on ", x.device());
+  TORCH_CHECK(out.scalar_type() == x.scalar_type(), "lab::", op, ": out has dtype ", out.scalar_type(),
+              ", x has ", x.scalar_type());
+  TORCH_CHECK(out.sizes() == x.sizes(), "lab::", op, ": out has shape ", out.sizes(), ", x has ", x.sizes());
+  TORCH_CHECK(out.size(1) <= 1 || out.stride(1) == 1, "lab::", op, ": out's last dimension must be contiguous");
+  if (x.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const RowsArgs args{x.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
+                      x.stride(0),  out.stride(0),  to_lab_dtype(x, op)};
+  const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
+}
+
+template <RowsLauncher L>
+struct Op {
+  static at::Tensor functional(const at::Tensor& x, const char* op) {
+    check_input(x, op);
+    at::Tensor out = at::empty(x.sizes(), x.options());
+    run(L, x, out, op);
+    return out;
+  }
+  static at::Tensor& with_out(const at::Tensor& x, at::Tensor& out, const char* op) {
+    check_input(x, op);
+    run(L, x, out, op);
+    return out;
+  }
+};
+
+}  // namespace
+}  // namespace lab
+
+#define LAB_DEFINE_OPS(name)                                                                        \
+  m.def(#name "(Tensor x) -> Tensor");                                                              \
+  m.def(#name ".out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
+TORCH_LIBRARY(lab, m) { LAB_SOFTMAX_VARIANTS(LAB_DEFINE_OPS) }
+#undef LAB_DEFINE_OPS
+
+#define LAB_IMPL_OPS(name)                                                                          \
+  m.impl(#name, [](const at::Tensor& x) { return lab::Op<lab::softmax_##name>::functional(x, #name); }); \
+  m.impl(#name ".out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                    \
+    return lab::Op<lab::softmax_##name>::with_out(x, out, #name);                                   \
+  });
+TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
+// On CPU tensors the same entry points run their validation, which rejects them with a clear
+// message instead of the dispatcher's list of backends.
+TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
+#undef LAB_IMPL_OPS
+
+// `import lab._C` loads this library, whose static initializers register the operators above; the
+// module itself is empty, so the library uses the stable Python ABI only.
+extern "C" PyObject* PyInit__C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,70 @@
+// Host-side dispatch from run-time values (dtype, threads per block) to kernel template arguments,
+// written once for every launcher: a launcher passes a generic lambda that receives a type tag
+// and a compile-time constant.
+#pragma once
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "lab/launch.h"
+#include "lab/vec.cuh"
+
+namespace lab {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+template <typename F>
+cudaError_t dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(TypeTag<float>{});
+    case DType::kFloat16: return f(TypeTag<__half>{});
+    case DType::kBFloat16: return f(TypeTag<__nv_bfloat16>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Resident blocks of THREADS asked of __launch_bounds__: 1536 of the 2048 threads a Hopper SM can
+// hold (at most 32 blocks). ptxas then keeps registers at or under 65536 / 1536 = 42 per thread,
+// which these memory-bound kernels fit without spilling; full occupancy (32 registers) spills.
+constexpr int kMaxRowBlockThreads = 512;
+template <int THREADS>
+constexpr int kMinResidentBlocks = (1536 / THREADS) < 32 ? (1536 / THREADS) : 32;
+
+// Threads per block for block-per-row kernels: enough threads for one 16-byte pack each, as a
+// power of two between one warp and kMaxRowBlockThreads.
+inline int block_threads_for_row(int64_t cols, int elem_bytes) {
+  const int64_t packs = (cols * elem_bytes + kVecBytes - 1) / kVecBytes;
+  int threads = 32;
+  while (threads < kMaxRowBlockThreads && threads < packs) threads *= 2;
+  return threads;
+}
+
+template <typename F>
+cudaError_t dispatch_threads(int threads, F&& f) {
+  switch (threads) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+    case 512: return f(std::integral_constant<int, 512>{});
+  }
+  return cudaErrorInvalidConfiguration;
+}
+
+// One block per row, blocks striding over rows when there are more rows than a grid may have.
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX));
+}
+
+inline int elem_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+}  // namespace lab

@@ -1,0 +1,48 @@
+// The online softmax state (Milakov & Gimelshein, 2018): the running maximum m of the elements
+// seen so far and d = sum(exp(x_i - m)). States over disjoint parts of a row merge into the state
+// of their union, so the row needs a single sweep to find both m and d.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include "lab/reduce.cuh"
+
+namespace lab {
+
+struct MaxSum {
+  float m;
+  float d;
+};
+
+struct MaxSumMerge {
+  __device__ __forceinline__ static MaxSum identity() { return {-CUDART_INF_F, 0.0f}; }
+
+  __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const {
+    const float m = fmaxf(a.m, b.m);
+    // If the larger max is -inf, both parts are empty or all -inf: their sums are 0, and
+    // (-inf) - (-inf) would turn that 0 into NaN.
+    if (m == -CUDART_INF_F) return {m, 0.0f};
+    return {m, a.d * __expf(a.m - m) + b.d * __expf(b.m - m)};
+  }
+};
+
+__device__ __forceinline__ MaxSum shfl_xor(MaxSum s, int lane_mask) {
+  return {shfl_xor(s.m, lane_mask), shfl_xor(s.d, lane_mask)};
+}
+
+// Fold K new elements into a state: one rescale of d per chunk, not per element, so the cost is
+// K + 1 exponentials for K elements.
+template <int K>
+__device__ __forceinline__ MaxSum absorb(MaxSum s, const float (&v)[K]) {
+  float m = s.m;
+#pragma unroll
+  for (int i = 0; i < K; ++i) m = fmaxf(m, v[i]);
+  if (m == -CUDART_INF_F) return s;  // nothing but -inf so far: d stays 0
+  float d = s.d * __expf(s.m - m);
+#pragma unroll
+  for (int i = 0; i < K; ++i) d += __expf(v[i] - m);
+  return {m, d};
+}
+
+}  // namespace lab

@@ -1,0 +1,97 @@
+// Reductions across a warp and across a thread block, over functors (MaxOp, SumOp, or any type
+// with `V operator()(V, V)` and a static `identity()`). Every helper is an all-reduce: every
+// thread receives the result, so no second broadcast step is needed by the caller.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+namespace lab {
+
+constexpr int kWarpSize = 32;
+
+struct MaxOp {
+  // fmaxf drops a NaN operand; a NaN in a row still poisons the row later through exp(NaN - m),
+  // which reproduces torch's "NaN in, NaN row out".
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ static float identity() { return -CUDART_INF_F; }
+};
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+  __device__ __forceinline__ static float identity() { return 0.0f; }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+
+// Butterfly (xor) all-reduce inside one warp: after log2(32) steps every lane holds op over all
+// 32 lanes. All 32 lanes must call it.
+template <typename V, typename Op>
+__device__ __forceinline__ V warp_allreduce(V v, Op op) {
+#pragma unroll
+  for (int mask = kWarpSize / 2; mask > 0; mask /= 2) v = op(v, shfl_xor(v, mask));
+  return v;
+}
+
+// Two-level block all-reduce: xor shuffles inside each warp, one partial per warp in shared
+// memory, then the first warp reduces the partials with shuffles too. Two barriers per call
+// (three with the one that protects the storage from the previous call's readers).
+template <typename V, int THREADS>
+struct BlockAllReduce {
+  static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
+  static constexpr int kWarps = THREADS / kWarpSize;
+  struct Storage {
+    V partial[kWarps];
+    V total;
+  };
+
+  template <typename Op>
+  __device__ __forceinline__ static V run(V v, Op op, Storage& s) {
+    v = warp_allreduce(v, op);
+    if constexpr (kWarps == 1) {
+      return v;
+    } else {
+      const int lane = threadIdx.x % kWarpSize;
+      const int warp = threadIdx.x / kWarpSize;
+      __syncthreads();  // every thread has read the previous call's `total`
+      if (lane == 0) s.partial[warp] = v;
+      __syncthreads();
+      if (warp == 0) {
+        V w = lane < kWarps ? s.partial[lane] : Op::identity();
+        w = warp_allreduce(w, op);
+        if (lane == 0) s.total = w;
+      }
+      __syncthreads();
+      return s.total;
+    }
+  }
+};
+
+// The classic shared-memory tree: one slot per thread, halve the active threads each step with a
+// barrier between steps (log2(THREADS) barriers). Kept as the teaching baseline of three_pass;
+// BlockAllReduce does the same work with two barriers.
+template <typename V, int THREADS>
+struct SharedTreeAllReduce {
+  static_assert((THREADS & (THREADS - 1)) == 0, "the tree halves THREADS: it must be a power of two");
+  struct Storage {
+    V slot[THREADS];
+  };
+
+  template <typename Op>
+  __device__ __forceinline__ static V run(V v, Op op, Storage& s) {
+    const int tid = threadIdx.x;
+    __syncthreads();  // every thread has read the previous call's slot[0]
+    s.slot[tid] = v;
+    __syncthreads();
+#pragma unroll
+    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+      if (tid < stride) s.slot[tid] = op(s.slot[tid], s.slot[tid + stride]);
+      __syncthreads();
+    }
+    return s.slot[0];
+  }
+};
+
+}  // namespace lab
