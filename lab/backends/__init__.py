@@ -1,0 +1,1 @@
+"""One module per backend; each registers its variants when imported (see lab.registry)."""

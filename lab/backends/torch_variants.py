@@ -1,0 +1,66 @@
+"""PyTorch variants: the reference op, the naive eager composition, TorchScript and torch.compile."""
+
+from __future__ import annotations
+
+import torch
+
+from lab.registry import Traffic, Unavailable, Variant, register
+
+
+def torch_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def naive_softmax(x: torch.Tensor) -> torch.Tensor:
+    """max, subtract, exp, sum, divide: five kernels, each a trip through memory (float32 math)."""
+    xf = x.float()
+    m = xf.amax(dim=-1, keepdim=True)
+    e = torch.exp(xf - m)
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+def naive_traffic(dtype: torch.dtype) -> Traffic:
+    """Each eager kernel reads and writes its whole operand; float32 temporaries weigh 4/itemsize."""
+    w = 4 / torch.empty((), dtype=dtype).element_size()
+    # amax: read; sub: read + write; exp: read + write; sum: read; div: read + write
+    reads, writes = 5 * w, 3 * w
+    if w != 1:  # 16-bit x: x.float() (read x, write a float32 copy) and .to(dtype) (read it, write y)
+        reads, writes = reads + 1 + w, writes + w + 1
+    return Traffic(reads, writes)
+
+
+def build_jit():
+    try:
+        return torch.jit.script(naive_softmax)
+    except Exception as e:  # TorchScript is deprecated; some builds reject or lack it
+        raise Unavailable(f"torch.jit.script is not available in torch {torch.__version__}: {e}") from e
+
+
+def build_compile():
+    """A fresh torch.compile per shape. Dynamo caches per code object and, past its recompile limit,
+    would fall back to eager without failing; resetting it and failing on the limit means every
+    timing is of a compiled kernel."""
+    import torch._dynamo
+
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    torch._dynamo.reset()
+    return torch.compile(torch_softmax, dynamic=False, fullgraph=True)
+
+
+COMMON = dict(op="softmax", backend="torch", runs_on_cpu=True)
+register(Variant(
+    name="torch.softmax", description="torch.softmax: PyTorch's own kernel (the baseline)",
+    build=lambda: torch_softmax, traffic=Traffic(1, 1), **COMMON,
+))
+register(Variant(
+    name="torch.naive", description="eager max, sub, exp, sum, div: one kernel and one HBM trip each",
+    build=lambda: naive_softmax, traffic=naive_traffic, **COMMON,
+))
+register(Variant(
+    name="torch.jit_naive", description="the naive composition under torch.jit.script (fuses the pointwise ops)",
+    build=build_jit, traffic=naive_traffic, **COMMON,
+))
+register(Variant(
+    name="torch.compile", description="torch.compile(torch.softmax), compiled for each shape (Inductor)",
+    build=build_compile, traffic=Traffic(1, 1), per_shape=True, **COMMON,
+))

@@ -1,0 +1,57 @@
+"""Triton variants (triton_kernels/). Without a GPU they run on CPU tensors under TRITON_INTERPRET=1."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+
+import torch
+
+from lab.registry import Traffic, Unavailable, Variant, register
+
+FUSED_MAX_N = 65536  # triton_kernels.fused.MAX_N, repeated so listing variants does not import triton
+FUSED_LIMIT = "the whole row must fit in one program's registers"
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def loader(module: str, function: str):
+    def build():
+        try:
+            import triton  # noqa: F401
+        except ImportError as e:
+            raise Unavailable(f"triton is not installed ({e})") from e
+        if not torch.cuda.is_available() and not interpreted():
+            raise Unavailable("no GPU, and TRITON_INTERPRET=1 is not set")
+        return getattr(importlib.import_module(module), function)
+
+    return build
+
+
+if interpreted():
+    # -inf rows make numpy warn about inf - inf inside the interpreter; the NaN it gives is intended.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+    # triton 3.6's interpreter converts float32 to bfloat16 by truncation (numpy has no bfloat16),
+    # one ulp off what the GPU's round-to-nearest gives: bfloat16 is checked on the GPU only.
+    DTYPES = (torch.float32, torch.float16)
+    DTYPE_REASON = "the Triton interpreter rounds float32 to bfloat16 toward zero (the GPU rounds to nearest)"
+else:
+    DTYPES, DTYPE_REASON = (torch.float32, torch.float16, torch.bfloat16), ""
+
+COMMON = dict(
+    dtypes=DTYPES, dtype_reason=DTYPE_REASON, op="softmax", backend="triton", writes_out=True, runs_on_cpu=interpreted(),
+    traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED_LIMIT,
+)
+register(Variant(
+    name="triton.fused",
+    description="one program per row, whole row in registers (block = next_power_of_2(N)); the seeds' kernel",
+    build=loader("triton_kernels.fused", "softmax_fused"), **COMMON,
+))
+register(Variant(
+    name="triton.persistent",
+    description="fused, with a grid of SMs x occupancy (from the compiled kernel) looping over rows",
+    build=loader("triton_kernels.persistent", "softmax_persistent"), **COMMON,
+))

@@ -1,0 +1,71 @@
+"""The environment record stored with every result: GPU, clocks, driver, versions, commit."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=ROOT).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_commit() -> str:
+    commit = _run(["git", "rev-parse", "HEAD"]) or "unknown"
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return commit + ("-dirty" if dirty else "")
+
+
+def gpu_record() -> dict:
+    if not torch.cuda.is_available():
+        return {}
+    p = torch.cuda.get_device_properties(0)
+    rec = {
+        "gpu": p.name,
+        "sms": p.multi_processor_count,
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
+        "compute_capability": f"{p.major}.{p.minor}",
+    }
+    if shutil.which("nvidia-smi"):
+        fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu"
+        out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"])
+        if out:
+            for k, v in zip(fields.split(","), out.splitlines()[0].split(", "), strict=False):
+                rec[k] = v
+    return rec
+
+
+def environment() -> dict:
+    import importlib.metadata as md
+
+    def version(pkg: str) -> str:
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    nvcc = _run(["nvcc", "--version"]).splitlines()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": version("triton"),
+        "numpy": version("numpy"),
+        "nvcc": nvcc[-1] if nvcc else "not found",
+        **gpu_record(),
+    }

@@ -1,0 +1,137 @@
+"""The variant contract and the registry, keyed by (operator, variant name).
+
+A backend module in lab/backends/ registers its variants at import; `load_backends()` imports every
+module there, so adding a backend is adding a module and adding a variant is one `register` call.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+Kernel = Callable[..., torch.Tensor]
+"""kernel(x) -> y, or kernel(x, out) -> out for variants that write into a given tensor."""
+
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+BACKENDS = ("torch", "triton", "cuda")
+
+
+class Unavailable(Exception):
+    """Raised by a variant's `build` when its prerequisites are missing; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Modeled HBM traffic, in multiples of the bytes of x: how many times x is read, y written."""
+
+    reads: float
+    writes: float
+
+    def ceiling_fraction(self) -> float:
+        """Fraction of a copy's bandwidth (1 read + 1 write) that this traffic allows at best."""
+        return 2.0 / (self.reads + self.writes)
+
+
+@dataclass(frozen=True)
+class Variant:
+    op: str
+    name: str
+    backend: str
+    description: str
+    build: Callable[[], Kernel]
+    """Returns the kernel, or raises Unavailable. Called once (or once per shape, see per_shape)."""
+    traffic: Traffic | Callable[[torch.dtype], Traffic]
+    dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
+    dtype_reason: str = ""
+    """Why the dtypes left out of `dtypes` are, when there is more to say than "not supported"."""
+    max_n: int | None = None
+    max_n_reason: str = ""
+    writes_out: bool = False
+    """Accepts an `out` tensor: the checker poisons it to catch unwritten elements."""
+    per_shape: bool = False
+    """`build` must be called again for each new shape and dtype (e.g. torch.compile)."""
+    runs_on_cpu: bool = False
+    """Runs on CPU tensors (the torch variants; Triton ones under TRITON_INTERPRET=1)."""
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def traffic_for(self, dtype: torch.dtype) -> Traffic:
+        return self.traffic(dtype) if callable(self.traffic) else self.traffic
+
+    def skip_reason(self, n: int, dtype: torch.dtype) -> str | None:
+        """Why this variant cannot take rows of length n in this dtype, or None if it can."""
+        if dtype not in self.dtypes:
+            return f"{dtype_name(dtype)} not supported" + (f": {self.dtype_reason}" if self.dtype_reason else "")
+        if self.max_n is not None and n > self.max_n:
+            return f"N > {self.max_n}: {self.max_n_reason}" if self.max_n_reason else f"N > {self.max_n}"
+        return None
+
+    def kernel(self) -> Kernel:
+        """The built kernel (cached unless per_shape); raises Unavailable with the reason."""
+        if self.per_shape:
+            return self.build()
+        if "kernel" not in self._cache:
+            try:
+                self._cache["kernel"] = self.build()
+            except Unavailable as e:
+                self._cache["kernel"] = e
+        k = self._cache["kernel"]
+        if isinstance(k, Unavailable):
+            raise k
+        return k
+
+    def availability(self) -> str | None:
+        """None if the variant can run here, else the reason it cannot."""
+        try:
+            self.kernel()
+        except Unavailable as e:
+            return str(e)
+        return None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.op, self.name)
+
+
+_REGISTRY: dict[tuple[str, str], Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+    if variant.backend not in BACKENDS:
+        raise ValueError(f"{variant.name}: unknown backend {variant.backend!r}; expected one of {BACKENDS}")
+    if variant.key in _REGISTRY:
+        raise ValueError(f"variant {variant.op}/{variant.name} is registered twice")
+    _REGISTRY[variant.key] = variant
+    return variant
+
+
+def load_backends() -> None:
+    """Import every module of lab.backends (each registers its variants on import)."""
+    from lab import backends
+
+    for mod in pkgutil.iter_modules(backends.__path__):
+        importlib.import_module(f"lab.backends.{mod.name}")
+
+
+def variants(
+    op: str = "softmax",
+    patterns: list[str] | None = None,
+    backends: list[str] | None = None,
+) -> list[Variant]:
+    """Registered variants of `op`, backends in BACKENDS order (then registration order), filtered
+    by name globs and backends."""
+    load_backends()
+    out = sorted((v for v in _REGISTRY.values() if v.op == op), key=lambda v: BACKENDS.index(v.backend))
+    if patterns:
+        out = [v for v in out if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+    if backends:
+        out = [v for v in out if v.backend in backends]
+    return out
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

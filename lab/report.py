@@ -1,0 +1,136 @@
+"""Results: the record of one (variant, shape, dtype) point, terminal tables, CSV, JSON, a
+markdown report and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+
+@dataclass
+class Result:
+    sweep: str
+    variant: str
+    backend: str
+    dtype: str
+    m: int
+    n: int
+    row_stride: int
+    status: str  # "ok" (checked and timed), "checked" (not timed), "skipped", "failed"
+    reason: str = ""
+    worst_ratio: float | None = None  # worst |error| / tolerance in the check
+    rel_norm: float | None = None
+    median_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    gbps: float | None = None  # 2 * M * N * itemsize / median time
+    copy_gbps: float | None = None  # copy of the same bytes, same run
+    pct_copy: float | None = None
+    model_reads: float | None = None
+    model_writes: float | None = None
+    modeled_gbps: float | None = None  # copy_gbps * 2 / (reads + writes)
+    pct_modeled: float | None = None
+    speedup_vs_torch: float | None = None  # torch.softmax median / this median
+
+    @property
+    def shape_label(self) -> str:
+        return f"{self.m}x{self.n}" + ("" if self.row_stride == self.n else f"/{self.row_stride}")
+
+
+def _fmt(v: float | None, spec: str = ".0f") -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def cell(r: Result) -> str:
+    if r.status == "ok":
+        return f"{_fmt(r.gbps)} ({_fmt(r.pct_copy)}%)"
+    if r.status == "checked":
+        return "checked"
+    return {"skipped": "-", "failed": "FAIL"}.get(r.status, r.status)
+
+
+def grouped(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in results:
+        groups[(r.sweep, r.dtype)].append(r)
+    return groups
+
+
+def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling)."""
+    variants = list(dict.fromkeys(r.variant for r in results))
+    shapes = list(dict.fromkeys((r.m, r.n, r.row_stride) for r in results))
+    by_key = {(r.variant, r.m, r.n, r.row_stride): r for r in results}
+    header = ["shape", "copy GB/s", *variants]
+    rows = []
+    for m, n, s in shapes:
+        copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
+        label = f"{m}x{n}" + ("" if s == n else f"/{s}")
+        rows.append([label, _fmt(copy), *(cell(by_key[(v, m, n, s)]) if (v, m, n, s) in by_key else "" for v in variants)])
+    return header, rows
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_csv(results: list[Result], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        names = [fl.name for fl in fields(Result)]
+        w.writerow(names)
+        for r in results:
+            w.writerow(["" if getattr(r, n) is None else getattr(r, n) for n in names])
+
+
+def write_json(results: list[Result], env: dict, extra: dict, path: Path) -> None:
+    path.write_text(json.dumps({"environment": env, **extra, "results": [asdict(r) for r in results]}, indent=1))
+
+
+def load_json(path: Path) -> tuple[dict, list[Result]]:
+    data = json.loads(path.read_text())
+    return data, [Result(**r) for r in data["results"]]
+
+
+def plot(results: list[Result], path: Path, title: str) -> bool:
+    """GB/s against N, one panel per dtype, one line per variant, the copy ceiling dashed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False, sharey=True)
+    for ax, dtype in zip(axes[0], dtypes):
+        rs = [r for r in results if r.dtype == dtype]
+        copy = sorted({(r.n, r.copy_gbps) for r in rs if r.copy_gbps})
+        if copy:
+            ax.plot([n for n, _ in copy], [g for _, g in copy], "k--", lw=1.5, label="copy ceiling")
+        for v in dict.fromkeys(r.variant for r in rs):
+            pts = sorted((r.n, r.gbps) for r in rs if r.variant == v and r.status == "ok" and r.gbps)
+            if pts:
+                ax.plot([n for n, _ in pts], [g for _, g in pts], marker="o", ms=3, label=v)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("N (row length)")
+        ax.set_title(f"{title}, {dtype}")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("GB/s  (2·M·N·itemsize / time)")
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

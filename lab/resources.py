@@ -1,0 +1,112 @@
+"""Per-kernel resource report of the CUDA sources, compiled for sm_90 without a GPU.
+
+Each csrc/softmax/*.cu is compiled alone by nvcc with `-Xptxas -v`; ptxas reports, per kernel,
+registers, shared memory, stack frame and spill bytes. A kernel that spills fails the gate
+(tests/test_cuda_compile.py), and `python -m lab.test --resources` prints the table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+ARCH = "sm_90"
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    source: str
+    kernel: str
+    registers: int
+    shared_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+
+
+def demangle(names: list[str]) -> list[str]:
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if not tool or not names:
+        return names
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return out if len(out) == len(names) else names
+
+
+def parse_ptxas(text: str, source: str) -> list[KernelResources]:
+    """Parse `nvcc -Xptxas -v` output into one record per kernel."""
+    records: list[dict] = []
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            records.append({"kernel": m.group(1)})
+        elif records and (m := _FRAME.search(line)):
+            records[-1].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        elif records and (m := _USED.search(line)):
+            records[-1].update(regs=int(m.group(1)), smem=int(m.group(2) or 0))
+    names = demangle([r["kernel"] for r in records])
+    return [
+        KernelResources(source, name, r.get("regs", 0), r.get("smem", 0), r.get("stack", 0),
+                        r.get("spill_st", 0), r.get("spill_ld", 0))
+        for name, r in zip(names, records, strict=True)
+    ]
+
+
+def compile_report(source: Path, extra_flags: tuple[str, ...] = ()) -> list[KernelResources]:
+    """Compile one .cu for ARCH (no GPU needed) and return its kernels' resources."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompileError("nvcc not found (set CUDA_HOME)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-std=c++17", f"-arch={ARCH}", "-O3", "-Xptxas", "-v", f"-I{CSRC / 'include'}",
+               *extra_flags, "-c", str(source), "-o", str(Path(tmp) / "k.o")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"{source.name} failed to compile:\n{proc.stderr.strip()}")
+    try:
+        name = str(source.relative_to(ROOT))
+    except ValueError:
+        name = source.name
+    return parse_ptxas(proc.stderr + proc.stdout, name)
+
+
+def cuda_sources() -> list[Path]:
+    return sorted((CSRC / "softmax").glob("*.cu"))
+
+
+def report_all() -> list[KernelResources]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        reports = list(pool.map(compile_report, cuda_sources()))
+    return [k for r in reports for k in r]

@@ -1,0 +1,335 @@
+"""python -m lab.test: check every softmax variant against float64, then benchmark the ones that pass.
+
+With a GPU: both sweeps of BENCHMARKS.md (fixed, tutorial) in float32 and bfloat16, results saved
+under results/<gpu>/ (JSON, CSV, markdown report, plots). Without one: the torch variants on the
+CPU and the Triton kernels under TRITON_INTERPRET=1 on small shapes; CUDA variants are listed as
+compiled but needing a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from lab import bench, check, inputs, report  # noqa: E402
+from lab.env import ROOT, environment  # noqa: E402
+from lab.registry import BACKENDS, Variant, Unavailable, dtype_name, variants  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+BASELINE = "torch.softmax"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lab.test", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--variant", action="append", metavar="GLOB",
+                   help="variant name glob, e.g. 'cuda.*' or 'triton.fused' (repeatable)")
+    p.add_argument("-b", "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)")
+    p.add_argument("-d", "--dtype", action="append", choices=sorted(DTYPES),
+                   help="dtype (repeatable); default float32 and bfloat16")
+    p.add_argument("-s", "--sweep", action="append", choices=sorted(inputs.SWEEPS),
+                   help="sweep (repeatable); default fixed and tutorial on a GPU, cpu without")
+    p.add_argument("--shape", action="append", metavar="MxN[/STRIDE]", help="benchmark this shape (repeatable)")
+    p.add_argument("--quick", action="store_true", help="a few shapes only (the quick sweep; cpu without a GPU)")
+    p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
+    p.add_argument("--list", action="store_true", help="list the variants and whether they can run here")
+    p.add_argument("--resources", action="store_true",
+                   help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
+    p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU)")
+    p.add_argument("--no-save", action="store_true", help="print only")
+    p.add_argument("--csv", type=Path, help="also write the results as CSV here")
+    p.add_argument("--json", type=Path, help="also write the results as JSON here")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+@dataclass
+class Runnable:
+    variant: Variant
+    failed: dict[str, str] = field(default_factory=dict)  # dtype name -> why the suite failed
+    kernels: dict = field(default_factory=dict)  # per-shape kernels (torch.compile)
+
+    def kernel_for(self, x: torch.Tensor):
+        v = self.variant
+        if not v.per_shape:
+            return v.kernel()
+        key = (tuple(x.shape), x.stride(0), x.dtype)
+        if key not in self.kernels:
+            self.kernels.clear()  # one shape at a time: keeps compiled graphs from piling up
+            self.kernels[key] = v.kernel()
+        return self.kernels[key]
+
+
+def log(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+def select(args: argparse.Namespace, device: torch.device) -> tuple[list[Runnable], list[Variant]]:
+    chosen = variants(patterns=args.variant, backends=args.backend)
+    if not chosen:
+        sys.exit(f"no variant matches --variant {args.variant} --backend {args.backend}; see --list")
+    runnable, absent = [], []
+    log(f"variants ({len(chosen)}):")
+    for v in chosen:
+        reason = v.availability()
+        if reason is None and device.type == "cpu" and not v.runs_on_cpu:
+            reason = "needs a GPU"
+        mark = "ready" if reason is None else reason
+        log(f"  {v.name:<20} {v.backend:<7} {mark:<46} {v.description}")
+        (runnable if reason is None else absent).append(Runnable(v) if reason is None else v)
+    return runnable, absent
+
+
+def suite_cases(device: torch.device, dtype: torch.dtype, seed: int):
+    """(label, x, row labels) for the correctness suite: edge shapes and special-value rows."""
+    for shape in inputs.EDGE_SHAPES:
+        if device.type == "cpu" and shape.n > inputs.CPU_EDGE_MAX_N:
+            continue
+        yield shape.label, inputs.make_input(shape, dtype, device, seed), None
+    for n in inputs.SPECIAL_NS:
+        x, labels = inputs.special_input(n, dtype, device, seed)
+        yield f"special rows, N={n}", x, labels
+
+
+def run_suite(runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device, seed: int) -> None:
+    """Edge shapes and special values for every variant and dtype; a failure bars it from timing."""
+    log("\ncorrectness suite (edge shapes, special values) against torch.softmax in float64")
+    log(f"  tolerances: {check.describe_tolerances()}")
+    for dtype in dtypes:
+        cases = [(label, x, rl, check.reference(x)) for label, x, rl in suite_cases(device, dtype, seed)]
+        for r in runnable:
+            v = r.variant
+            worst, count, failures = 0.0, 0, []
+            start = time.perf_counter()
+            for label, x, row_labels, ref in cases:
+                if v.skip_reason(x.shape[1], dtype):
+                    continue
+                res = check.check(r.kernel_for(x), x, v.writes_out, ref, row_labels)
+                count += 1
+                worst = max(worst, res.worst_ratio)
+                if not res.ok:
+                    failures.append(f"{label}: {res.summary()}")
+            name = dtype_name(dtype)
+            if failures:
+                r.failed[name] = failures[0]
+                log(f"  FAIL {v.name:<20} {name:<9} {len(failures)}/{count} cases; first: {failures[0]}")
+            elif count:
+                log(f"  ok   {v.name:<20} {name:<9} {count} cases, worst {worst:.2g} of tolerance "
+                    f"({time.perf_counter() - start:.1f} s)")
+
+
+def measure_point(r: Runnable, sweep: str, shape: inputs.Shape, x: torch.Tensor, ref: torch.Tensor,
+                  copy: bench.Timing | None, device: torch.device, time_it: bool) -> report.Result:
+    v, dtype = r.variant, x.dtype
+    res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped")
+    if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape.n, dtype):
+        res.reason = reason
+        return res
+    try:
+        kernel = r.kernel_for(x)
+    except Unavailable as e:
+        res.reason = str(e)
+        return res
+    c = check.check(kernel, x, v.writes_out, ref)
+    res.worst_ratio, res.rel_norm = c.worst_ratio, c.rel_norm
+    if not c.ok:
+        res.status, res.reason = "failed", c.summary()
+        return res
+    interpreted = device.type == "cpu" and v.backend == "triton"
+    if not time_it or interpreted:
+        res.status = "checked"
+        res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed" if interpreted else ""
+        return res
+    out = torch.empty(x.shape, dtype=dtype, device=device) if v.writes_out else None
+    fn = (lambda: kernel(x, out)) if out is not None else (lambda: kernel(x))
+    t = bench.time_fn(fn, device)
+    nbytes = bench.moved_bytes(shape.m, shape.n, dtype)
+    traffic = v.traffic_for(dtype)
+    res.status = "ok"
+    res.median_ms, res.p20_ms, res.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
+    res.gbps = bench.gbps(nbytes, t.median_ms)
+    res.model_reads, res.model_writes = traffic.reads, traffic.writes
+    if copy is not None:
+        res.copy_gbps = bench.gbps(nbytes, copy.median_ms)
+        res.pct_copy = 100 * res.gbps / res.copy_gbps
+        res.modeled_gbps = res.copy_gbps * traffic.ceiling_fraction()
+        res.pct_modeled = 100 * res.gbps / res.modeled_gbps
+    return res
+
+
+def run_sweeps(runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]], dtypes: list[torch.dtype],
+               device: torch.device, args: argparse.Namespace) -> list[report.Result]:
+    results: list[report.Result] = []
+    total = len(plan) * len(dtypes)
+    log(f"\n{'checking' if args.check_only else 'checking, then timing'} {total} points "
+        f"({'L2 flushed, median of do_bench' if device.type == 'cuda' else 'CPU wall clock'}); GB/s = 2*M*N*itemsize/time")
+    k = 0
+    for dtype in dtypes:
+        for sweep, shape in plan:
+            k += 1
+            start = time.perf_counter()
+            x = inputs.make_input(shape, dtype, device, args.seed)
+            ref = check.reference(x)
+            copy = None if args.check_only else bench.copy_ceiling(shape.m * shape.n, dtype, device)
+            point = [measure_point(r, sweep, shape, x, ref, copy, device, not args.check_only) for r in runnable]
+            base = next((p for p in point if p.variant == BASELINE and p.median_ms), None)
+            for p in point:
+                if base and p.median_ms:
+                    p.speedup_vs_torch = base.median_ms / p.median_ms
+            results += point
+            del x, ref
+            cells = "  ".join(f"{p.variant}={report.cell(p)}" for p in point)
+            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {shape.label} ({time.perf_counter() - start:.1f} s): {cells}")
+            for p in point:
+                if p.status == "failed":
+                    log(f"    FAIL {p.variant}: {p.reason}")
+    return results
+
+
+def teaching_summary(results: list[report.Result]) -> list[str]:
+    """Percent of each variant's own modeled ceiling at the large-N points of the fixed sweep."""
+    lines = []
+    big = [r for r in results if r.sweep == "fixed" and r.n >= 16384 and r.pct_modeled]
+    for key in dict.fromkeys((r.variant, r.dtype) for r in big):
+        pts = [r for r in big if (r.variant, r.dtype) == key]
+        desc = ", ".join(f"N={r.n}: {r.gbps:.0f} GB/s = {r.pct_modeled:.0f}%" for r in pts)
+        lines.append(f"  {key[0]:<20} {key[1]:<9} model {pts[0].model_reads:g}R+{pts[0].model_writes:g}W  {desc}")
+    return lines
+
+
+def default_out() -> Path:
+    name = torch.cuda.get_device_name(0) if HAS_GPU else "cpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
+    return ROOT / "results" / slug
+
+
+def save(results: list[report.Result], env: dict, out: Path, args: argparse.Namespace, absent: list[Variant],
+         resources: list) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {
+        "command": "python -m lab.test " + " ".join(sys.argv[1:]),
+        "tolerances": check.describe_tolerances(),
+        "unavailable": {v.name: v.availability() or "needs a GPU" for v in absent},
+        "cuda_resources": [k.as_dict() for k in resources],
+    }
+    report.write_json(results, env, extra, out / "results.json")
+    report.write_csv(results, out / "results.csv")
+    md = [f"# softmax-lab results: {env.get('gpu', 'CPU')}", "",
+          f"Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
+          "GB/s = 2·M·N·itemsize / median time (L2 flushed before each call); in parentheses, percent of a "
+          "device-to-device copy of the same bytes measured in the same run. `-`: skipped (see results.json "
+          "for the reason); FAIL: failed the check, not timed.", "", "## Environment", "",
+          "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
+    for (sweep, dtype), rs in report.grouped(results).items():
+        header, rows = report.table_rows(rs)
+        md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
+    for sweep in dict.fromkeys(r.sweep for r in results):
+        rs = [r for r in results if r.sweep == sweep]
+        if report.plot(rs, out / f"{sweep}.png", f"{sweep} sweep"):
+            md += [f"![{sweep} sweep]({sweep}.png)", ""]
+    if summary := teaching_summary(results):
+        md += ["## Percent of each variant's modeled ceiling (fixed sweep, N >= 16384)", "",
+               "Modeled ceiling = copy GB/s x 2 / (reads + writes of the variant's traffic model).", "",
+               "```", *summary, "```", ""]
+    if resources:
+        md += ["## CUDA kernels: resources (nvcc -Xptxas -v, sm_90)", "",
+               "| kernel | registers | smem bytes | stack bytes | spill bytes |", "|---|---|---|---|---|",
+               *(f"| `{k.kernel.split('(')[0]}` | {k.registers} | {k.shared_bytes} | {k.stack_bytes} | "
+                 f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in resources), ""]
+    (out / "report.md").write_text("\n".join(md))
+    log(f"\nsaved {out}/results.json, results.csv, report.md and plots")
+
+
+def print_resources() -> list:
+    from lab import resources
+
+    try:
+        ks = resources.report_all()
+    except resources.CompileError as e:
+        log(f"resources: {e}")
+        return []
+    log(f"{'kernel':<96} regs  smem  stack  spills")
+    for k in ks:
+        log(f"{k.kernel.split('(')[0][:96]:<96} {k.registers:>4} {k.shared_bytes:>5} {k.stack_bytes:>6} "
+            f"{k.spill_store_bytes + k.spill_load_bytes:>7}")
+    log(f"{len(ks)} kernels, {sum(k.spills for k in ks)} spilling")
+    return ks
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.resources:
+        ks = print_resources()
+        return 1 if not ks or any(k.spills for k in ks) else 0
+    device = torch.device("cuda" if HAS_GPU else "cpu")
+    env = environment()
+    log(f"softmax-lab on {env.get('gpu', 'CPU (no GPU: torch on CPU, Triton interpreted)')}: torch {env['torch']}, "
+        f"triton {env['triton']}, commit {env['commit'][:12]}")
+    runnable, absent = select(args, device)
+    if args.list:
+        return 0
+    dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
+    if args.shapes:
+        plan = [("custom", s) for s in args.shapes]
+    else:
+        sweeps = args.sweep or (["quick"] if args.quick else ["fixed", "tutorial"])
+        if not HAS_GPU:
+            sweeps = [s if s == "cpu" else "cpu" for s in sweeps][:1]
+        plan = [(s, shape) for s in sweeps for shape in inputs.SWEEPS[s]]
+    start = time.perf_counter()
+    run_suite(runnable, dtypes, device, args.seed)
+    results = run_sweeps(runnable, plan, dtypes, device, args)
+    for (sweep, dtype), rs in report.grouped(results).items():
+        header, rows = report.table_rows(rs)
+        log(f"\n{sweep} sweep, {dtype}: GB/s (% of copy ceiling); '-' skipped, FAIL failed the check")
+        log(report.text_table(header, rows))
+    if summary := teaching_summary(results):
+        log("\npercent of modeled ceiling (copy x 2 / (reads + writes)), fixed sweep, N >= 16384:")
+        log("\n".join(summary))
+    skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
+    if skipped:
+        log("\nskipped: " + "; ".join(f"{v}: {why}" for v, why in sorted(skipped)))
+    if absent:
+        log("not run: " + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent))
+    failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
+                    | {(r.variant.name, d) for r in runnable for d in r.failed})
+    log(f"\n{len(results)} points in {time.perf_counter() - start:.0f} s; "
+        + (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed else "all checks passed"))
+    out = args.out or (default_out() if HAS_GPU else None)
+    if args.json:
+        report.write_json(results, env, {}, args.json)
+    if args.csv:
+        report.write_csv(results, args.csv)
+    if out and not args.no_save:
+        from lab import resources as res_mod
+
+        ks = []
+        if res_mod.find_nvcc():
+            try:
+                ks = res_mod.report_all()
+            except res_mod.CompileError as e:
+                log(f"resources: {e}")
+        save(results, env, out, args, absent, ks)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Triton softmax variants: one module each, a @triton.jit kernel and its wrapper."""

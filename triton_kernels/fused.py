@@ -1,0 +1,50 @@
+"""fused: the seeds' one-row-per-program Triton softmax.
+
+Each program loads one whole row into registers (block = next power of two of N, lanes past N
+masked to -inf), reduces max and sum in float32, and writes the row once.
+HBM traffic: read x once, write y once. Limit: the row must fit in one program's registers; past
+N = 65536 the compiled kernel spills or fails to compile, so the wrapper refuses it.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from triton_kernels.common import prepare
+
+MAX_N = 65536
+
+
+@triton.jit
+def softmax_fused_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    z = x - tl.max(x, axis=0)
+    num = tl.exp(z)
+    y = num / tl.sum(num, axis=0)
+    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def num_warps_for(block: int) -> int:
+    """More warps for wider rows so each thread holds at most a few dozen elements (tutorial rule)."""
+    if block >= 4096:
+        return 16
+    if block >= 2048:
+        return 8
+    return 4
+
+
+def softmax_fused(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    out = prepare(x, out, "triton.fused")
+    rows, cols = x.shape
+    if cols > MAX_N:
+        raise ValueError(f"triton.fused: rows of {cols} elements exceed the {MAX_N} that fit in one program")
+    if x.numel() == 0:
+        return out
+    block = triton.next_power_of_2(cols)
+    softmax_fused_kernel[(rows,)](
+        x, out, x.stride(0), out.stride(0), cols, BLOCK=block, num_warps=num_warps_for(block)
+    )
+    return out

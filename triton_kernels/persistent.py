@@ -1,0 +1,83 @@
+"""persistent: the fused row kernel with a grid sized to fill the GPU exactly once.
+
+The kernel is compiled first; its register and shared-memory use give how many programs fit on an
+SM (occupancy), and the grid is SMs x occupancy programs that loop over rows with `tl.range`
+(software-pipelined over num_stages). Fewer, longer-lived programs than one per row: no block
+scheduling cost per row, and the next row's load overlaps the current row's math.
+HBM traffic: read x once, write y once. Limit: as fused, the row must fit in registers.
+Under TRITON_INTERPRET=1 there is no compiled kernel to measure, so the grid is 4 programs (enough
+to exercise the row loop).
+"""
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from triton_kernels.common import prepare
+from triton_kernels.fused import MAX_N, num_warps_for
+
+INTERPRETER_PROGRAMS = 4
+
+
+@triton.jit
+def softmax_persistent_kernel(
+    x_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, n_cols, BLOCK: tl.constexpr, NUM_STAGES: tl.constexpr
+):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    first = tl.program_id(0).to(tl.int64)  # a 64-bit loop bound makes `row` 64-bit: row * stride > 2^31
+    for row in tl.range(first, n_rows, tl.num_programs(0), num_stages=NUM_STAGES):
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        z = x - tl.max(x, axis=0)
+        num = tl.exp(z)
+        y = num / tl.sum(num, axis=0)
+        tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_properties(index: int) -> dict:
+    return triton.runtime.driver.active.utils.get_device_properties(index)
+
+
+def num_stages_for(props: dict) -> int:
+    """Deeper row pipelining where shared memory allows it (Hopper-class SMs have > 200 KB)."""
+    return 4 if props["max_shared_mem"] > 200_000 else 2
+
+
+@functools.lru_cache(maxsize=None)
+def programs_for(x_dtype: torch.dtype, block: int, num_warps: int, num_stages: int, device_index: int) -> int:
+    """SMs x the programs per SM that the compiled kernel's registers and shared memory allow."""
+    props = _device_properties(device_index)
+    x = torch.empty((1, block), dtype=x_dtype, device=f"cuda:{device_index}")
+    compiled = softmax_persistent_kernel.warmup(
+        x, x, block, block, 1, block, BLOCK=block, NUM_STAGES=num_stages, num_warps=num_warps, grid=(1,)
+    )
+    compiled._init_handles()
+    threads = props["warpSize"] * num_warps
+    by_regs = props["max_num_regs"] // max(1, compiled.n_regs * threads)
+    by_smem = props["max_shared_mem"] // compiled.metadata.shared if compiled.metadata.shared else by_regs
+    return props["multiprocessor_count"] * max(1, min(by_regs, by_smem))
+
+
+def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    out = prepare(x, out, "triton.persistent")
+    rows, cols = x.shape
+    if cols > MAX_N:
+        raise ValueError(f"triton.persistent: rows of {cols} elements exceed the {MAX_N} that fit in one program")
+    if x.numel() == 0:
+        return out
+    block = triton.next_power_of_2(cols)
+    num_warps = num_warps_for(block)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        num_stages, programs = 1, INTERPRETER_PROGRAMS
+    else:
+        props = _device_properties(x.device.index)
+        num_stages = num_stages_for(props)
+        programs = programs_for(x.dtype, block, num_warps, num_stages, x.device.index)
+    softmax_persistent_kernel[(min(rows, programs),)](
+        x, out, x.stride(0), out.stride(0), rows, cols, BLOCK=block, NUM_STAGES=num_stages, num_warps=num_warps
+    )
+    return out
