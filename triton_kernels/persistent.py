@@ -15,6 +15,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from triton_kernels.common import prepare
 from triton_kernels.fused import MAX_N, num_warps_for
@@ -42,24 +43,32 @@ def _device_properties(index: int) -> dict:
     return triton.runtime.driver.active.utils.get_device_properties(index)
 
 
-def num_stages_for(props: dict) -> int:
-    """Deeper row pipelining where shared memory allows it (Hopper-class SMs have > 200 KB)."""
-    return 4 if props["max_shared_mem"] > 200_000 else 2
+def stage_choices(props: dict) -> tuple[int, ...]:
+    """Row-pipelining depths to try, deepest first: 4 where shared memory is large (> 200 KB per SM,
+    Hopper-class), then shallower ones for long rows whose staged copies do not fit."""
+    return (4, 2, 1) if props["max_shared_mem"] > 200_000 else (2, 1)
 
 
 @functools.lru_cache(maxsize=None)
-def programs_for(x_dtype: torch.dtype, block: int, num_warps: int, num_stages: int, device_index: int) -> int:
-    """SMs x the programs per SM that the compiled kernel's registers and shared memory allow."""
+def launch_config(x_dtype: torch.dtype, block: int, num_warps: int, device_index: int) -> tuple[int, int]:
+    """(num_stages, programs): the deepest pipelining that compiles within shared memory, and SMs x
+    the programs per SM that the compiled kernel's registers and shared memory allow."""
     props = _device_properties(device_index)
     x = torch.empty((1, block), dtype=x_dtype, device=f"cuda:{device_index}")
-    compiled = softmax_persistent_kernel.warmup(
-        x, x, block, block, 1, block, BLOCK=block, NUM_STAGES=num_stages, num_warps=num_warps, grid=(1,)
-    )
-    compiled._init_handles()
-    threads = props["warpSize"] * num_warps
-    by_regs = props["max_num_regs"] // max(1, compiled.n_regs * threads)
-    by_smem = props["max_shared_mem"] // compiled.metadata.shared if compiled.metadata.shared else by_regs
-    return props["multiprocessor_count"] * max(1, min(by_regs, by_smem))
+    for num_stages in stage_choices(props):
+        compiled = softmax_persistent_kernel.warmup(
+            x, x, block, block, 1, block, BLOCK=block, NUM_STAGES=num_stages, num_warps=num_warps, grid=(1,)
+        )
+        try:
+            compiled._init_handles()  # raises OutOfResources when the stages exceed shared memory
+        except OutOfResources:
+            continue
+        threads = props["warpSize"] * num_warps
+        by_regs = props["max_num_regs"] // max(1, compiled.n_regs * threads)
+        smem = compiled.metadata.shared
+        by_smem = props["max_shared_mem"] // smem if smem else by_regs
+        return num_stages, props["multiprocessor_count"] * max(1, min(by_regs, by_smem))
+    raise OutOfResources(0, 0, f"shared memory for a row of {block} elements")
 
 
 def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -74,9 +83,7 @@ def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torc
     if os.environ.get("TRITON_INTERPRET") == "1":
         num_stages, programs = 1, INTERPRETER_PROGRAMS
     else:
-        props = _device_properties(x.device.index)
-        num_stages = num_stages_for(props)
-        programs = programs_for(x.dtype, block, num_warps, num_stages, x.device.index)
+        num_stages, programs = launch_config(x.dtype, block, num_warps, x.device.index)
     softmax_persistent_kernel[(min(rows, programs),)](
         x, out, x.stride(0), out.stride(0), rows, cols, BLOCK=block, NUM_STAGES=num_stages, num_warps=num_warps
     )

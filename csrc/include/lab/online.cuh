@@ -20,9 +20,9 @@ struct MaxSumMerge {
 
   __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const {
     const float m = fmaxf(a.m, b.m);
-    // If the larger max is -inf, both parts are empty or all -inf: their sums are 0, and
-    // (-inf) - (-inf) would turn that 0 into NaN.
-    if (m == -CUDART_INF_F) return {m, 0.0f};
+    // If the larger max is -inf, both parts hold only -inf (d = 0) or a NaN (d = NaN, see absorb):
+    // (-inf) - (-inf) would turn a 0 into NaN, so add the sums as they are.
+    if (m == -CUDART_INF_F) return {m, a.d + b.d};
     return {m, a.d * __expf(a.m - m) + b.d * __expf(b.m - m)};
   }
 };
@@ -38,7 +38,14 @@ __device__ __forceinline__ MaxSum absorb(MaxSum s, const float (&v)[K]) {
   float m = s.m;
 #pragma unroll
   for (int i = 0; i < K; ++i) m = fmaxf(m, v[i]);
-  if (m == -CUDART_INF_F) return s;  // nothing but -inf so far: d stays 0
+  if (m == -CUDART_INF_F) {
+    // fmaxf skipped any NaN, so the new elements are -inf (adding 0) or NaN, which must poison d
+    // as torch poisons a row holding a NaN; exp(-inf - -inf) would poison it for -inf too.
+    float d = s.d;
+#pragma unroll
+    for (int i = 0; i < K; ++i) d = isnan(v[i]) ? v[i] : d;
+    return {s.m, d};
+  }
   float d = s.d * __expf(s.m - m);
 #pragma unroll
   for (int i = 0; i < K; ++i) d += __expf(v[i] - m);
