@@ -5,7 +5,7 @@
 # what this machine cannot do (no nvcc, a CPU-only torch): it says so, and the lab runs without it.
 set -uo pipefail
 cd "$(dirname "$0")"
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$(command -v python || command -v python3)}  # the python of `python -m lab.test`
 TORCH_PIN=${TORCH_PIN:-torch==2.11.0}   # the CUDA 13.0 build, as on the H200 machines
 
 say() { printf 'build.sh: %s\n' "$*"; }
