@@ -11,6 +11,7 @@ run, so an element the variant never wrote fails.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,8 +49,14 @@ class CheckResult:
         return f"{status} (worst {self.worst_ratio:.2g} of tolerance, rel. norm {self.rel_norm:.2g}){self.message}"
 
 
-def reference(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x.double(), dim=-1)
+# The float64 reference of each operator the registry knows (lab.registry keys variants by op).
+REFERENCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda x: torch.softmax(x.double(), dim=-1),
+}
+
+
+def reference(x: torch.Tensor, op: str = "softmax") -> torch.Tensor:
+    return REFERENCES[op](x)
 
 
 def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: list[str] | None = None) -> CheckResult:
