@@ -30,10 +30,10 @@ class Shape:
     @staticmethod
     def parse(text: str) -> Shape:
         """'4096x1000' or '4096x1000/1024' (row stride 1024)."""
-        dims, _, stride = text.lower().partition("/")
+        dims, slash, stride = text.lower().partition("/")
         try:
             m, n = (int(v) for v in dims.split("x"))
-            s = int(stride) if stride else None
+            s = int(stride) if slash else None
         except ValueError:
             raise ValueError(f"cannot read shape {text!r}: expected MxN or MxN/STRIDE, e.g. 4096x1000") from None
         if m < 0 or n < 1 or (s is not None and s < n):

@@ -52,6 +52,7 @@ def find_nvcc() -> str | None:
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
 
@@ -67,10 +68,15 @@ def demangle(names: list[str]) -> list[str]:
 def parse_ptxas(text: str, source: str) -> list[KernelResources]:
     """Parse `nvcc -Xptxas -v` output into one record per kernel."""
     records: list[dict] = []
+    props_of = None  # the function whose "Function properties" block is being read
     for line in text.splitlines():
         if m := _ENTRY.search(line):
             records.append({"kernel": m.group(1)})
-        elif records and (m := _FRAME.search(line)):
+        elif m := _PROPS.search(line):
+            props_of = m.group(1)
+        elif records and props_of == records[-1]["kernel"] and (m := _FRAME.search(line)):
+            # ptxas also prints properties for non-inlined __device__ functions: only the
+            # kernel's own block describes the kernel.
             records[-1].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
         elif records and (m := _USED.search(line)):
             records[-1].update(regs=int(m.group(1)), smem=int(m.group(2) or 0))
@@ -98,6 +104,19 @@ def compile_report(source: Path, extra_flags: tuple[str, ...] = ()) -> list[Kern
     except ValueError:
         name = source.name
     return parse_ptxas(proc.stderr + proc.stdout, name)
+
+
+def short_name(kernel: str) -> str:
+    """A demangled kernel name without its return type and parameter list (the last top-level
+    parenthesized group; "(anonymous namespace)" inside the name is kept)."""
+    name = kernel.removeprefix("void ").strip()
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                return name[:i]
+    return name
 
 
 def cuda_sources() -> list[Path]:

@@ -222,13 +222,15 @@ def default_out() -> Path:
 
 
 def save(results: list[report.Result], env: dict, out: Path, args: argparse.Namespace, absent: list[Variant],
-         resources: list) -> None:
+         kernels: list) -> None:
+    from lab import resources
+
     out.mkdir(parents=True, exist_ok=True)
     extra = {
         "command": "python -m lab.test " + " ".join(sys.argv[1:]),
         "tolerances": check.describe_tolerances(),
         "unavailable": {v.name: v.availability() or "needs a GPU" for v in absent},
-        "cuda_resources": [k.as_dict() for k in resources],
+        "cuda_resources": [k.as_dict() for k in kernels],
     }
     report.write_json(results, env, extra, out / "results.json")
     report.write_csv(results, out / "results.csv")
@@ -249,11 +251,11 @@ def save(results: list[report.Result], env: dict, out: Path, args: argparse.Name
         md += ["## Percent of each variant's modeled ceiling (fixed sweep, N >= 16384)", "",
                "Modeled ceiling = copy GB/s x 2 / (reads + writes of the variant's traffic model).", "",
                "```", *summary, "```", ""]
-    if resources:
+    if kernels:
         md += ["## CUDA kernels: resources (nvcc -Xptxas -v, sm_90)", "",
                "| kernel | registers | smem bytes | stack bytes | spill bytes |", "|---|---|---|---|---|",
-               *(f"| `{k.kernel.split('(')[0]}` | {k.registers} | {k.shared_bytes} | {k.stack_bytes} | "
-                 f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in resources), ""]
+               *(f"| `{resources.short_name(k.kernel)}` | {k.registers} | {k.shared_bytes} | {k.stack_bytes} | "
+                 f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in kernels), ""]
     (out / "report.md").write_text("\n".join(md))
     log(f"\nsaved {out}/results.json, results.csv, report.md and plots")
 
@@ -268,7 +270,7 @@ def print_resources() -> list:
         return []
     log(f"{'kernel':<96} regs  smem  stack  spills")
     for k in ks:
-        log(f"{k.kernel.split('(')[0][:96]:<96} {k.registers:>4} {k.shared_bytes:>5} {k.stack_bytes:>6} "
+        log(f"{resources.short_name(k.kernel)[:96]:<96} {k.registers:>4} {k.shared_bytes:>5} {k.stack_bytes:>6} "
             f"{k.spill_store_bytes + k.spill_load_bytes:>7}")
     log(f"{len(ks)} kernels, {sum(k.spills for k in ks)} spilling")
     return ks
@@ -280,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         ks = print_resources()
         return 1 if not ks or any(k.spills for k in ks) else 0
     device = torch.device("cuda" if HAS_GPU else "cpu")
+    if not HAS_GPU:
+        # One thread: the CPU timings of small tensors are otherwise dominated by thread wake-ups.
+        torch.set_num_threads(1)
     env = environment()
     log(f"softmax-lab on {env.get('gpu', 'CPU (no GPU: torch on CPU, Triton interpreted)')}: torch {env['torch']}, "
         f"triton {env['triton']}, commit {env['commit'][:12]}")
@@ -290,9 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.shapes:
         plan = [("custom", s) for s in args.shapes]
     else:
-        sweeps = args.sweep or (["quick"] if args.quick else ["fixed", "tutorial"])
-        if not HAS_GPU:
-            sweeps = [s if s == "cpu" else "cpu" for s in sweeps][:1]
+        default = (["quick"] if args.quick else ["fixed", "tutorial"]) if HAS_GPU else ["cpu"]
+        sweeps = args.sweep or default
         plan = [(s, shape) for s in sweeps for shape in inputs.SWEEPS[s]]
     start = time.perf_counter()
     run_suite(runnable, dtypes, device, args.seed)

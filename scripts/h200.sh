@@ -19,7 +19,7 @@ stage=$(mktemp -d)
 case "$MODE" in
   quick)
     $PYTHON -m lab.test --resources 2>&1 | tail -3
-    $PYTHON -m pytest -q -x 2>&1 | tee "$OUT/pytest.txt" | tail -15
+    $PYTHON -m pytest -q -rfEs --durations=8 2>&1 | tee "$OUT/pytest.txt" | tail -40
     bash scripts/sanitize.sh "$stage/sanitizer" 2>&1 | tee "$OUT/sanitizer.txt"
     $PYTHON -m lab.test --quick --out "$stage/h200" 2>&1 | tee "$OUT/lab.txt" | tail -40
     ;;

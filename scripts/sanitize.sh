@@ -12,7 +12,7 @@ status=0
 for tool in memcheck racecheck; do
   log="$LOGS/$tool.log"
   # --kernel-name kns=softmax_kernel: only the lab's kernels are instrumented (not torch's input generation).
-  "$SAN" --tool "$tool" --kernel-name kns=softmax_kernel --error-exitcode 9 "$PY" scripts/sanitize_driver.py >"$log" 2>&1
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$SAN" --tool "$tool" --kernel-name kns=softmax_kernel --error-exitcode 9 "$PY" scripts/sanitize_driver.py >"$log" 2>&1
   rc=$?
   echo "compute-sanitizer --tool $tool (exit $rc): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
   grep -E "^[a-z_]+: ran" "$log" | sed 's/^/  /'

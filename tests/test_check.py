@@ -1,0 +1,267 @@
+"""The checker (lab/check.py) must pass torch.softmax and catch every kind of wrong variant."""
+
+import math
+
+import pytest
+import torch
+
+from lab import check, inputs
+from lab.inputs import Shape
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["float32", "float16", "bfloat16"]
+SHAPE = Shape(6, 100)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return inputs.make_input(SHAPE, torch.float32, "cpu")
+
+
+def assert_fails(res: check.CheckResult, *words: str) -> None:
+    assert not res.ok, res.summary()
+    assert res.summary().startswith("FAIL")
+    for word in words:
+        assert word in res.message, f"{word!r} not in {res.message!r}"
+
+
+# --- planted wrong variants ---------------------------------------------------------------------
+
+
+def test_catches_unwritten_element(x):
+    def skips_last_column(x, out):
+        out[:, :-1] = softmax(x)[:, :-1]
+        return out
+
+    assert_fails(check.check(skips_last_column, x, writes_out=True), "NaN", "unwritten", "col 99")
+
+
+def test_catches_unwritten_row(x):
+    def skips_last_row(x, out):
+        out[:-1] = softmax(x[:-1])
+        return out
+
+    assert_fails(check.check(skips_last_row, x, writes_out=True), "NaN", f"row {SHAPE.m - 1}")
+
+
+def test_catches_output_never_written(x):
+    assert_fails(check.check(lambda x, out: out, x, writes_out=True), "unwritten")
+
+
+@pytest.mark.parametrize("row", [0, 3, 5])
+def test_catches_one_row_wrong_by_one_percent(x, row):
+    def wrong_row(x):
+        y = softmax(x)
+        y[row] *= 1.01
+        return y
+
+    assert_fails(check.check(wrong_row, x, writes_out=False), f"row {row},")
+
+
+def test_names_the_special_row_that_is_wrong():
+    x, labels = inputs.special_input(33, torch.float32, "cpu")
+    row = labels.index("1e4 magnitudes")
+
+    def wrong_row(x):
+        y = softmax(x)
+        y[row] *= 0.99
+        return y
+
+    res = check.check(wrong_row, x, writes_out=False, row_labels=labels)
+    assert_fails(res, f"row {row} (1e4 magnitudes)")
+
+
+def test_catches_small_error_everywhere(x):
+    """Every element off by three times the float32 rtol is caught: the tolerance is not loose."""
+    rtol = check.TOLERANCES[torch.float32].rtol
+    res = check.check(lambda x: softmax(x) * (1 + 3 * rtol), x, writes_out=False)
+    assert_fails(res)
+    assert 1 < res.worst_ratio < 5
+
+
+def test_accepts_error_within_tolerance(x):
+    res = check.check(lambda x: softmax(x) * (1 + 1e-6), x, writes_out=False)
+    assert res.ok, res.summary()
+    assert 0 < res.worst_ratio < 1
+
+
+def test_catches_nan(x):
+    def one_nan(x):
+        y = softmax(x)
+        y[2, 7] = math.nan
+        return y
+
+    assert_fails(check.check(one_nan, x, writes_out=False), "NaN", "row 2", "col 7")
+
+
+def test_catches_inf(x):
+    def one_inf(x):
+        y = softmax(x)
+        y[1, 3] = math.inf
+        return y
+
+    assert_fails(check.check(one_inf, x, writes_out=False), "row 1", "col 3")
+
+
+def test_catches_zeros_for_an_all_minus_inf_row():
+    """A 'safe' kernel that writes 0 for an all -inf row differs from torch (NaN): it fails."""
+    x, labels = inputs.special_input(7, torch.float32, "cpu")
+    row = labels.index("all -inf")
+
+    def safe(x):
+        return torch.where((x == -math.inf).all(dim=-1, keepdim=True), 0.0, softmax(x))
+
+    assert_fails(check.check(safe, x, writes_out=False, row_labels=labels), f"row {row} (all -inf)", "NaN")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "words"),
+    [
+        pytest.param(lambda x: softmax(x)[:, :-1], ("output shape", "(6, 99)", "(6, 100)"), id="narrow"),
+        pytest.param(lambda x: softmax(x).t(), ("output shape", "(100, 6)"), id="transposed"),
+        pytest.param(lambda x: softmax(x).reshape(-1), ("output shape",), id="flat"),
+        pytest.param(lambda x: softmax(x.double()), ("output dtype", "torch.float64"), id="float64"),
+        pytest.param(lambda x: softmax(x).half(), ("output dtype", "torch.float16"), id="float16"),
+    ],
+)
+def test_catches_wrong_shape_or_dtype(x, wrong, words):
+    assert_fails(check.check(wrong, x, writes_out=False), *words)
+
+
+def test_catches_wrong_dtype_on_half_input():
+    x = inputs.make_input(SHAPE, torch.float16, "cpu")
+    res = check.check(lambda x: softmax(x.float()), x, writes_out=False)
+    assert_fails(res, "output dtype", "torch.float32")
+
+
+def test_catches_a_variant_that_raises(x):
+    def raises(x):
+        raise RuntimeError("boom: illegal memory access\nsecond line of the trace")
+
+    res = check.check(raises, x, writes_out=False)
+    assert_fails(res, "raised RuntimeError: boom: illegal memory access")
+    assert "second line" not in res.message
+    assert res.worst_ratio == math.inf
+
+
+def test_catches_a_variant_that_raises_with_out(x):
+    def raises(x, out):
+        raise ValueError("rows too long")
+
+    assert_fails(check.check(raises, x, writes_out=True), "raised ValueError: rows too long")
+
+
+# --- the poisoned output ------------------------------------------------------------------------
+
+
+def test_run_variant_passes_a_poisoned_out(x):
+    seen = {}
+
+    def kernel(x, out):
+        seen["all_nan"] = bool(out.isnan().all())
+        seen["like_x"] = (out.shape, out.dtype, out.device) == (x.shape, x.dtype, x.device)
+        out.copy_(softmax(x))
+        return out
+
+    y = check.run_variant(kernel, x, writes_out=True)
+    assert seen == {"all_nan": True, "like_x": True}
+    torch.testing.assert_close(y, softmax(x))
+
+
+def test_run_variant_rejects_another_tensor(x):
+    def fresh_tensor(x, out):
+        return softmax(x)
+
+    with pytest.raises(RuntimeError, match="did not return the `out` tensor"):
+        check.run_variant(fresh_tensor, x, writes_out=True)
+    assert_fails(check.check(fresh_tensor, x, writes_out=True), "did not return the `out` tensor")
+
+
+def test_run_variant_accepts_a_view_of_out(x):
+    def returns_view(x, out):
+        out.copy_(softmax(x))
+        return out.view(out.shape)
+
+    assert check.check(returns_view, x, writes_out=True).ok
+
+
+def test_run_variant_without_out_calls_kernel_with_x_only(x):
+    calls = []
+
+    def kernel(*args):
+        calls.append(len(args))
+        return softmax(args[0])
+
+    check.run_variant(kernel, x, writes_out=False)
+    assert calls == [1]
+
+
+# --- torch.softmax passes -----------------------------------------------------------------------
+
+CPU_EDGE = [s for s in inputs.EDGE_SHAPES if s.n <= inputs.CPU_EDGE_MAX_N]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", CPU_EDGE, ids=lambda s: s.label)
+def test_torch_softmax_passes_edge_shapes(shape, dtype):
+    x = inputs.make_input(shape, dtype, "cpu")
+    res = check.check(softmax, x, writes_out=False)
+    assert res.ok, res.summary()
+    assert res.worst_ratio <= 1 and res.rel_norm <= check.TOLERANCES[dtype].norm_tol
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("n", inputs.SPECIAL_NS, ids=lambda n: f"N={n}")
+def test_torch_softmax_passes_special_rows(n, dtype):
+    x, labels = inputs.special_input(n, dtype, "cpu")
+    y = softmax(x)
+    ref = check.reference(x)
+    assert torch.equal(y.isnan(), ref.isnan()), "NaN exactly where torch's float64 softmax has NaN"
+    res = check.compare(y, ref, dtype, labels)
+    assert res.ok, res.summary()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_torch_softmax_passes_with_out(dtype):
+    x = inputs.make_input(SHAPE, dtype, "cpu")
+    res = check.check(lambda x, out: torch.softmax(x, dim=-1, out=out), x, writes_out=True)
+    assert res.ok, res.summary()
+
+
+# --- compare and the tolerance table ------------------------------------------------------------
+
+
+def test_compare_empty_batch():
+    x = torch.empty(0, 7)
+    res = check.compare(x, check.reference(x), torch.float32)
+    assert res.ok and res.worst_ratio == 0
+
+
+def test_compare_uses_the_given_reference(x):
+    wrong_ref = check.reference(x) * 1.5
+    assert not check.check(softmax, x, writes_out=False, ref=wrong_ref).ok
+
+
+def test_compare_rounding_to_dtype_passes():
+    """The float64 reference rounded to each dtype is within tolerance (half an ulp)."""
+    for dtype in DTYPES:
+        x = inputs.make_input(Shape(8, 1000), dtype, "cpu")
+        ref = check.reference(x)
+        res = check.compare(ref.to(dtype), ref, dtype)
+        assert res.ok and res.worst_ratio < 0.5, (dtype, res.summary())
+
+
+def test_tolerances_cover_every_dtype():
+    assert set(check.TOLERANCES) == set(DTYPES)
+    text = check.describe_tolerances()
+    for name in DTYPE_IDS:
+        assert name in text
+
+
+def test_summary():
+    assert check.CheckResult(True, 0.25, 1e-7).summary().startswith("ok (worst 0.25 of tolerance")
+    assert check.CheckResult(False, 3.0, 1e-2, ": details").summary().endswith(": details")

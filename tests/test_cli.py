@@ -1,0 +1,127 @@
+"""`python -m lab.test` end to end, in CPU mode (CUDA_VISIBLE_DEVICES empty), with filters to stay fast."""
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from lab import report, resources
+from lab.env import ROOT
+
+ALL = ("torch.softmax", "torch.naive", "torch.jit_naive", "torch.compile",
+       "triton.fused", "triton.persistent", "cuda.three_pass", "cuda.warp_shuffle", "cuda.online")
+
+
+def lab_test(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "lab.test", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_clean(proc: subprocess.CompletedProcess, code: int = 0) -> None:
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == code, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+
+
+def test_cpu_run():
+    proc = lab_test("--variant", "torch.softmax", "--variant", "triton.fused", "--variant", "cuda.*",
+                    "--quick", "--no-save", "--dtype", "float32")
+    assert_clean(proc)
+    out = proc.stdout
+    header = next((line for line in out.splitlines() if line.startswith("shape ")), "")
+    assert "torch.softmax" in header and "triton.fused" in header, out
+    for name in ("cuda.three_pass", "cuda.warp_shuffle", "cuda.online"):
+        assert name in out
+    assert "needs a GPU" in out
+    assert "ok   torch.softmax" in out and "ok   triton.fused" in out, "the correctness suite ran"
+    assert "checked" in out, "Triton is checked, not timed, under the interpreter"
+    assert "all checks passed" in out
+
+
+def test_list():
+    proc = lab_test("--list")
+    assert_clean(proc)
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")]
+    assert listed == list(ALL)
+    assert "variants (9)" in proc.stdout
+
+
+def test_custom_strided_shape(tmp_path):
+    proc = lab_test("--shape", "8x100/128", "--variant", "torch.softmax", "--no-save", "--dtype", "float16",
+                    "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"))
+    assert_clean(proc)
+    assert "8x100/128" in proc.stdout
+    _, results = report.load_json(tmp_path / "r.json")
+    assert [(r.variant, r.dtype, r.m, r.n, r.row_stride, r.status) for r in results] == [
+        ("torch.softmax", "float16", 8, 100, 128, "ok")]
+    with (tmp_path / "r.csv").open() as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == [fl.name for fl in fields(report.Result)] and len(rows) == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--shape", "abc"], "cannot read shape 'abc'"),
+    (["--shape", "4x10/5"], "STRIDE >= N"),
+    (["--dtype", "float64"], "invalid choice"),
+], ids=["shape-abc", "stride-below-n", "dtype"])
+def test_bad_arguments(args, message):
+    proc = lab_test(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+    assert "usage: python -m lab.test" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_no_matching_variant():
+    proc = lab_test("--variant", "nothing.*")
+    assert proc.returncode != 0
+    assert "no variant matches" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_out_writes_results(tmp_path):
+    out = tmp_path / "results"
+    proc = lab_test("--variant", "torch.softmax", "--variant", "cuda.online", "--shape", "8x100",
+                    "--dtype", "float32", "--out", str(out))
+    assert_clean(proc)
+    data = json.loads((out / "results.json").read_text())
+    assert {"environment", "results"} <= set(data)
+    assert {"torch", "triton", "commit", "date"} <= set(data["environment"])
+    assert list(data["unavailable"]) == ["cuda.online"] and "GPU" in data["unavailable"]["cuda.online"]
+    (result,) = data["results"]
+    assert (result["variant"], result["status"], result["m"], result["n"]) == ("torch.softmax", "ok", 8, 100)
+    assert result["median_ms"] > 0 and result["gbps"] > 0
+    with (out / "results.csv").open() as f:
+        assert next(csv.reader(f)) == [fl.name for fl in fields(report.Result)]
+    md = (out / "report.md").read_text()
+    assert md.startswith("# softmax-lab results")
+    assert "| shape | copy GB/s | torch.softmax |" in md
+    if resources.find_nvcc():
+        assert "## CUDA kernels: resources" in md
+        assert data["cuda_resources"] and all(k["registers"] > 0 for k in data["cuda_resources"])
+
+
+@pytest.fixture(scope="module")
+def resources_run() -> subprocess.CompletedProcess:
+    if resources.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    return lab_test("--resources")
+
+
+def test_resources(resources_run):
+    assert_clean(resources_run)
+    found = re.search(r"^(\d+) kernels, 0 spilling$", resources_run.stdout, re.MULTILINE)
+    assert found and int(found.group(1)) >= len(resources.cuda_sources()), resources_run.stdout[-2000:]
+
+
+def test_resources_names_every_kernel(resources_run):
+    rows = [line for line in resources_run.stdout.splitlines()[1:] if "spilling" not in line]
+    assert rows
+    for row in rows:
+        assert "_softmax_kernel" in row, row

@@ -1,0 +1,226 @@
+"""The CI compile gate: every CUDA source compiles for sm_90 without spills, and the gate can fail.
+
+Needs nvcc only (no GPU). Also: the built extension lab._C registers torch.ops.lab.* and rejects
+CPU tensors with a clear message.
+"""
+
+import re
+import shutil
+
+import pytest
+import torch
+
+from lab import resources
+from lab.backends import cuda_variants
+
+pytestmark = pytest.mark.skipif(resources.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME)")
+
+# A kernel that keeps 64 floats live at once: under a 24-register cap ptxas must spill them.
+SPILLING_KERNEL = r"""
+__global__ void spill_kernel(const float* __restrict__ in, float* __restrict__ out, int k) {
+  float a[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) a[i] = in[threadIdx.x + i * blockDim.x] * static_cast<float>(k + i);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 64; ++j) s += a[j] * a[63 - j] + a[(j * 7 + k) & 63];
+  out[threadIdx.x] = s;
+}
+"""
+
+# What nvcc 13 prints with -Xptxas -v (two kernels, the second spills and uses no shared memory).
+PTXAS_SAMPLE = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z10row_kernelPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z10row_kernelPKfPfi
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 136 bytes smem
+ptxas info    : Compile time = 231.101 ms
+ptxas info    : Compiling entry function '_Z12spill_kernelPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z12spill_kernelPKfPfi
+    1120 bytes stack frame, 1024 bytes spill stores, 1280 bytes spill loads
+ptxas info    : Used 24 registers, used 0 barriers, 1120 bytes cumulative stack size
+ptxas info    : Compile time = 66.539 ms
+"""
+
+
+def short(name: str) -> str:
+    return name.split("(")[0]
+
+
+@pytest.fixture(scope="module")
+def report() -> list[resources.KernelResources]:
+    return resources.report_all()
+
+
+# --- the real sources ---------------------------------------------------------------------------
+
+
+def test_every_source_compiles(report):
+    sources = {str(p.relative_to(resources.ROOT)) for p in resources.cuda_sources()}
+    assert sources, "no csrc/softmax/*.cu found"
+    assert {k.source for k in report} == sources, "a source without kernels"
+
+
+def test_no_kernel_spills(report):
+    offenders = [
+        f"{k.source}: {k.kernel}: {k.registers} registers, {k.spill_store_bytes} bytes spill stores, "
+        f"{k.spill_load_bytes} bytes spill loads"
+        for k in report if k.spills
+    ]
+    assert not offenders, "kernels that spill:\n" + "\n".join(offenders)
+
+
+def test_every_kernel_uses_registers(report):
+    assert report
+    for k in report:
+        assert k.registers > 0, k
+        assert k.registers <= 255, k
+
+
+def test_every_kernel_is_instantiated_for_each_dtype(report):
+    """The kernels are templated on the element type: float, half and bfloat16 each appear."""
+    for source in {k.source for k in report}:
+        names = " ".join(k.kernel for k in report if k.source == source)
+        for t in ("float", "__half", "__nv_bfloat16"):
+            assert t in names, (source, t)
+
+
+def test_variant_lists_agree():
+    """CUDA_VARIANTS (Python), LAB_SOFTMAX_VARIANTS (launch.h) and csrc/softmax/<name>.cu agree."""
+    launch_h = (resources.CSRC / "include" / "lab" / "launch.h").read_text()
+    macro = launch_h.split("#define LAB_SOFTMAX_VARIANTS(X)")[1].split("\n\n")[0]
+    in_header = re.findall(r"X\((\w+)\)", macro)
+    assert in_header == list(cuda_variants.CUDA_VARIANTS), "the same variants, in the same (ladder) order"
+    assert {p.stem for p in resources.cuda_sources()} == set(cuda_variants.CUDA_VARIANTS)
+
+
+# --- the gate can fail --------------------------------------------------------------------------
+
+
+def test_syntax_error_raises_compile_error(tmp_path):
+    src = tmp_path / "broken.cu"
+    src.write_text("__global__ void broken(float* y) { y[0] = 1.0f }\n")
+    with pytest.raises(resources.CompileError, match=r"broken\.cu failed to compile(.|\n)*error"):
+        resources.compile_report(src)
+
+
+def test_spilling_kernel_is_detected(tmp_path):
+    src = tmp_path / "spill.cu"
+    src.write_text(SPILLING_KERNEL)
+    (k,) = resources.compile_report(src, extra_flags=("-maxrregcount=24",))
+    assert short(k.kernel) in ("spill_kernel", "_Z12spill_kernelPKfPfi")
+    assert k.source == "spill.cu"
+    assert k.spill_store_bytes > 0 and k.spill_load_bytes > 0
+    assert k.spills
+    assert 0 < k.registers <= 24
+
+
+def test_same_kernel_without_the_cap_does_not_spill(tmp_path):
+    src = tmp_path / "spill.cu"
+    src.write_text(SPILLING_KERNEL)
+    (k,) = resources.compile_report(src)
+    assert not k.spills and k.registers > 24
+
+
+def test_spills_are_not_masked_by_a_device_function(tmp_path):
+    src = tmp_path / "spill_with_helper.cu"
+    helper = "__device__ __noinline__ float helper(const float* in, int k) { return in[k] * 2.0f; }\n"
+    src.write_text(helper + SPILLING_KERNEL.replace("float s = 0.0f;", "float s = helper(in, k);"))
+    kernels = resources.compile_report(src, extra_flags=("-maxrregcount=24",))
+    spill = next(k for k in kernels if "spill_kernel" in k.kernel)
+    assert spill.spills
+
+
+# --- parse_ptxas on a literal sample ------------------------------------------------------------
+
+
+def test_parse_ptxas_sample():
+    row, spill = resources.parse_ptxas(PTXAS_SAMPLE, "sample.cu")
+    assert short(row.kernel) in ("row_kernel", "_Z10row_kernelPKfPfi")
+    assert (row.source, row.registers, row.shared_bytes, row.stack_bytes) == ("sample.cu", 40, 136, 0)
+    assert (row.spill_store_bytes, row.spill_load_bytes, row.spills) == (0, 0, False)
+    assert short(spill.kernel) in ("spill_kernel", "_Z12spill_kernelPKfPfi")
+    assert (spill.registers, spill.shared_bytes, spill.stack_bytes) == (24, 0, 1120)
+    assert (spill.spill_store_bytes, spill.spill_load_bytes, spill.spills) == (1024, 1280, True)
+    assert spill.as_dict()["spill_store_bytes"] == 1024
+
+
+def test_parse_ptxas_demangles():
+    first_kernel = PTXAS_SAMPLE.split("ptxas info    : Compiling entry function '_Z12")[0]
+    (k,) = resources.parse_ptxas(first_kernel, "s.cu")
+    if shutil.which("cu++filt") or shutil.which("c++filt"):  # they place const differently
+        expected = ("row_kernel(floatconst*,float*,int)", "row_kernel(constfloat*,float*,int)")
+        assert k.kernel.replace(" ", "") in expected
+
+
+def test_parse_ptxas_without_kernels():
+    assert resources.parse_ptxas("ptxas info    : 0 bytes gmem\n", "empty.cu") == []
+
+
+def test_parse_ptxas_minimal_used_line():
+    text = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+            "ptxas info    : Used 8 registers, 360 bytes cmem[0]\n")
+    (k,) = resources.parse_ptxas(text, "k.cu")
+    assert (k.registers, k.shared_bytes, k.stack_bytes, k.spills) == (8, 0, 0, False)
+
+
+# --- the built extension ------------------------------------------------------------------------
+
+BUILT = list((resources.ROOT / "lab").glob("_C*.so"))
+needs_extension = pytest.mark.skipif(not BUILT, reason="lab._C is not built (bash build.sh)")
+
+
+@needs_extension
+def test_extension_imports_and_registers_ops():
+    import lab._C  # noqa: F401
+
+    for name in cuda_variants.CUDA_VARIANTS:
+        op = getattr(torch.ops.lab, name)
+        assert str(op.default._schema) == f"lab::{name}(Tensor x) -> Tensor"
+        assert str(op.out._schema) == f"lab::{name}.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)"
+
+
+@needs_extension
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: torch.randn(4, 10), id="2-D"),
+        pytest.param(lambda: torch.randn(2, 3, 4), id="3-D"),
+        pytest.param(lambda: torch.ones(4, 10, dtype=torch.int32), id="int32"),
+    ],
+)
+@pytest.mark.parametrize("name", list(cuda_variants.CUDA_VARIANTS))
+def test_cpu_tensor_is_rejected(name, make):
+    """The device check comes first: a CPU tensor gets a clear message, not the dispatcher's list."""
+    import lab._C  # noqa: F401
+
+    op = getattr(torch.ops.lab, name)
+    with pytest.raises(RuntimeError, match=f"lab::{name}: expected a CUDA tensor, got one on cpu"):
+        op(make())
+    x = make()
+    with pytest.raises(RuntimeError, match="expected a CUDA tensor"):
+        op.out(x, out=torch.empty_like(x))
+
+
+@needs_extension
+def test_fake_implementations():
+    """register_fake: shapes and dtypes without running anything (torch.compile, opcheck)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cuda_variants.load_extension()
+    for name in cuda_variants.CUDA_VARIANTS:
+        op = getattr(torch.ops.lab, name)
+        with FakeTensorMode():
+            y = op(torch.empty(3, 8, dtype=torch.bfloat16)[:, :5])
+            assert (y.shape, y.dtype, y.stride()) == ((3, 5), torch.bfloat16, (5, 1))
+        meta = op(torch.empty(3, 5, device="meta"))
+        assert meta.shape == (3, 5) and meta.device.type == "meta"
+
+
+def test_library_sources_need_no_torch():
+    """csrc/softmax/*.cu are framework-free: only bindings.cpp sees torch (DESIGN.md)."""
+    for path in [*(resources.CSRC / "softmax").rglob("*"), *(resources.CSRC / "include").rglob("*")]:
+        if path.is_file():
+            text = path.read_text()
+            assert not re.search(r"#include\s*[<\"](torch|ATen|c10)/", text), path

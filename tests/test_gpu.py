@@ -1,0 +1,167 @@
+"""GPU only (skipped without one): every Triton and CUDA variant in every dtype against float64 on
+the edge shapes and the special rows, torch.library.opcheck on the CUDA ops, the error messages for
+bad inputs, and 64-bit indexing (more than 2^31 elements)."""
+
+import math
+
+import pytest
+import torch
+
+from lab import check, inputs
+from lab.backends import cuda_variants
+from lab.registry import Variant, dtype_name, variants
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+GPU_VARIANTS = variants(backends=["triton", "cuda"])
+CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
+# The variants of this repository (optional peers, when there are some, may be unavailable).
+OWN = ("triton.fused", "triton.persistent", *(f"cuda.{n}" for n in CUDA_NAMES))
+# Just over 2^31 elements (4.3 GB in bfloat16): element offsets past 2^31 - 1 need 64-bit indexing.
+BIG = (32769, 65536)
+
+
+def variant_dtypes() -> list:
+    return [pytest.param(v, d, id=f"{v.name}-{dtype_name(d)}") for v in GPU_VARIANTS for d in DTYPES]
+
+
+def kernel_for(v: Variant, n: int, dtype: torch.dtype):
+    if reason := v.skip_reason(n, dtype):
+        pytest.skip(f"{v.name}: {reason}")
+    if reason := v.availability():
+        pytest.skip(f"{v.name}: {reason}")
+    return v.kernel()
+
+
+def test_own_variants_are_available():
+    for v in GPU_VARIANTS:
+        if v.name in OWN:
+            assert v.availability() is None, f"{v.name}: {v.availability()}"
+    assert {v.name for v in GPU_VARIANTS} >= set(OWN)
+
+
+# --- correctness against float64 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", inputs.EDGE_SHAPES, ids=lambda s: s.label)
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes())
+def test_edge_shapes(v, dtype, shape):
+    kernel = kernel_for(v, shape.n, dtype)
+    x = inputs.make_input(shape, dtype, "cuda")
+    ref = check.reference(x)
+    res = check.check(kernel, x, v.writes_out, ref)  # into a NaN-poisoned out
+    assert res.ok, f"{v.name} {dtype_name(dtype)} {shape.label}: {res.summary()}"
+    functional = kernel(x)  # and allocating its own output
+    torch.cuda.synchronize()
+    res = check.compare(functional, ref, dtype)
+    assert res.ok, f"{v.name} {dtype_name(dtype)} {shape.label} (no out): {res.summary()}"
+
+
+@pytest.mark.parametrize("n", inputs.SPECIAL_NS, ids=lambda n: f"N={n}")
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes())
+def test_special_rows(v, dtype, n):
+    kernel = kernel_for(v, n, dtype)
+    x, labels = inputs.special_input(n, dtype, "cuda")
+    res = check.check(kernel, x, v.writes_out, row_labels=labels)
+    assert res.ok, f"{v.name} {dtype_name(dtype)} N={n}: {res.summary()}"
+
+
+# --- the CUDA ops: opcheck and error messages ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("name", CUDA_NAMES)
+def test_opcheck(name, layout, dtype):
+    """Schema, fake (meta) implementation, autograd registration and AOT dispatch agree with the op."""
+    cuda_variants.load_extension()  # registers the fake implementations
+    x = torch.randn(4, 128, device="cuda", dtype=dtype)
+    if layout == "strided":
+        x = x[:, :100]
+    torch.library.opcheck(getattr(torch.ops.lab, name).default, (x,))
+
+
+def _bad_inputs():
+    """(id, make args, expected exception for the torch ops, for the Triton wrappers, regex)."""
+    def x():
+        return torch.randn(4, 10, device="cuda")
+
+    return [
+        ("3-D", lambda: (torch.randn(2, 3, 4, device="cuda"),), RuntimeError, ValueError, "2-D"),
+        ("int32", lambda: (torch.ones(4, 10, dtype=torch.int32, device="cuda"),), TypeError, TypeError,
+         "float32, float16 or bfloat16"),
+        ("float64", lambda: (torch.randn(4, 10, dtype=torch.float64, device="cuda"),), TypeError, TypeError,
+         "float32, float16 or bfloat16"),
+        ("transposed", lambda: (torch.randn(10, 4, device="cuda").t(),), RuntimeError, ValueError,
+         "contiguous"),
+        ("out-shape", lambda: (x(), torch.empty(4, 11, device="cuda")), RuntimeError, ValueError, "shape"),
+        ("out-dtype", lambda: (x(), torch.empty(4, 10, dtype=torch.float16, device="cuda")), RuntimeError,
+         ValueError, "dtype"),
+        ("out-device", lambda: (x(), torch.empty(4, 10)), RuntimeError, ValueError, "device|out is on cpu"),
+        ("out-transposed", lambda: (x(), torch.empty(10, 4, device="cuda").t()), RuntimeError, ValueError,
+         "contiguous"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "cuda_error", "triton_error", "words"),
+    [pytest.param(*case[1:], id=case[0]) for case in _bad_inputs()],
+)
+@pytest.mark.parametrize("v", GPU_VARIANTS, ids=lambda v: v.name)
+def test_bad_inputs_raise_clearly(v, make, cuda_error, triton_error, words):
+    kernel = kernel_for(v, 10, torch.float32)
+    args = make()
+    with pytest.raises(cuda_error if v.backend == "cuda" else triton_error, match=words):
+        kernel(*args)
+    # Nothing was launched with bad arguments: the device is still usable.
+    x = inputs.make_input(inputs.Shape(3, 10), torch.float32, "cuda")
+    assert check.check(kernel, x, v.writes_out).ok
+
+
+@pytest.mark.parametrize("name", CUDA_NAMES)
+def test_cuda_op_out_returns_out(name):
+    cuda_variants.load_extension()
+    op = getattr(torch.ops.lab, name)
+    x = torch.randn(5, 300, device="cuda")
+    out = torch.full_like(x, math.nan)
+    y = op.out(x, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    assert check.compare(out, check.reference(x), torch.float32).ok
+
+
+# --- 64-bit indexing ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big_input():
+    elements = BIG[0] * BIG[1]
+    assert elements > 2**31
+    free, _ = torch.cuda.mem_get_info()
+    if free < 2 * elements * 2 + 2**30:
+        pytest.skip(f"needs {2 * elements * 2 / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    x = torch.randn(BIG, dtype=torch.bfloat16, device="cuda")
+    yield x
+    del x
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("v", GPU_VARIANTS, ids=lambda v: v.name)
+def test_64bit_indexing(v, big_input):
+    x = big_input
+    kernel = kernel_for(v, x.shape[1], x.dtype)
+    out = torch.full_like(x, math.nan)
+    try:
+        if v.writes_out:
+            kernel(x, out)
+        else:
+            out.copy_(kernel(x))
+        torch.cuda.synchronize()
+        # The last row starts at element 2^31 (past int32), the one before it ends at 2^31 - 1.
+        rows = [0, x.shape[0] // 2, x.shape[0] - 2, x.shape[0] - 1]
+        assert (x.shape[0] - 1) * x.stride(0) == 2**31
+        res = check.compare(out[rows], check.reference(x[rows]), x.dtype, [f"row {r}" for r in rows])
+    finally:
+        del out
+        torch.cuda.empty_cache()
+    assert res.ok, f"{v.name}: {res.summary()}"
