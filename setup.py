@@ -44,6 +44,11 @@ def extension():
         sources=sources,
         include_dirs=[str(CSRC / "include")],
         extra_compile_args={"cxx": [*host_opt, "-std=c++17", "-DPy_LIMITED_API=0x030A0000"], "nvcc": nvcc},
+        # Some Pythons (Ubuntu's, as on the H200 machines) link extensions with `gcc -shared`, which
+        # leaves libstdc++ out of the library's NEEDED list: its C++ symbols are then bound without
+        # a version, to the oldest ABI's, and formatting a number into an error message (the
+        # locale's num_put) crashes. Naming libstdc++ binds them to the versions compiled against.
+        extra_link_args=["-lstdc++"],
         py_limited_api=True,
     )
 

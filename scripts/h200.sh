@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Everything the GPU machine does in one call: build, then
-#   bash scripts/h200.sh quick   GPU tests + sanitizer + the quick sweep
-#   bash scripts/h200.sh full    the full lab (both sweeps, float32 and bfloat16) first, then the
-#                                GPU tests and the sanitizer
-# Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder in
-# $OUT/h200 (to copy to results/h200), and logs (lab.txt, checks.txt).
+# Everything the GPU machine does, in modes that each fit one device call (10 minutes):
+#   bash scripts/h200.sh quick    build, the quick sweep, then the checks below
+#   bash scripts/h200.sh lab      build, then the full lab: both sweeps, float32 and bfloat16
+#   bash scripts/h200.sh checks   build, the resource report, the whole pytest suite (GPU tests
+#                                 included) and compute-sanitizer memcheck + racecheck
+#   bash scripts/h200.sh full     lab, then checks
+# Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200
+# (copy it to results/h200), the lab's log lab.txt, and checks.txt (build, tests, sanitizer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-quick}
@@ -12,25 +14,37 @@ OUT=${OUT:-build/h200}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHON=${PYTHON:-python3}
 log="$OUT/checks.txt"
-{
-  echo "== $(date -u) mode=$MODE commit=$(git rev-parse --short HEAD 2>/dev/null)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu --format=csv
-  bash build.sh || exit 1
-} 2>&1 | tee "$log"
-checks() {
-  { $PYTHON -m lab.test --resources | tail -1
-    $PYTHON -m pytest -q -rfEs --durations=5 "$@"
-    bash scripts/sanitize.sh build/sanitizer; } 2>&1 | tee -a "$log" | grep -vE "^\.*( *\[ *[0-9]+%\])?$"
+status=0
+
+build() {
+  { echo "== $(date -u) mode=$MODE commit=$(git rev-parse --short HEAD 2>/dev/null)"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu --format=csv
+    bash build.sh; } 2>&1 | tee -a "$log"
 }
+
+# The lab itself; its per-point progress lines stay in lab.txt, the tables are printed.
+lab() {
+  $PYTHON -m lab.test "$@" --out "$OUT/h200" 2>&1 | tee "$OUT/lab.txt" | grep -vE "^\[[0-9]+/" | tail -80
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+}
+
+checks() {
+  { rc=0
+    echo "== resources"; $PYTHON -m lab.test --resources | tail -1
+    echo "== pytest"; $PYTHON -m pytest -q -p no:cacheprovider -rfEs --durations=5 || rc=1
+    echo "== compute-sanitizer"; bash scripts/sanitize.sh build/sanitizer || rc=1
+    exit $rc
+  } 2>&1 | tee -a "$log" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+}
+
+build || exit 1
 case "$MODE" in
-  quick)
-    checks
-    $PYTHON -m lab.test --quick --out "$OUT/h200" 2>&1 | tee "$OUT/lab.txt" | tail -40
-    ;;
-  full)
-    $PYTHON -m lab.test --out "$OUT/h200" 2>&1 | tee "$OUT/lab.txt" | grep -vE "^\[[0-9]+/" | tail -70
-    checks -m gpu
-    ;;
-  *) echo "usage: bash scripts/h200.sh quick|full"; exit 2 ;;
+  quick) lab --quick; checks ;;
+  lab) lab ;;
+  checks) checks ;;
+  full) lab; checks ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|checks|full"; exit 2 ;;
 esac
-echo "== done $(date -u)" | tee -a "$log"
+echo "== done $(date -u), status $status" | tee -a "$log"
+exit $status

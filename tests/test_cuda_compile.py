@@ -6,6 +6,7 @@ CPU tensors with a clear message.
 
 import re
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -201,6 +202,15 @@ def test_cpu_tensor_is_rejected(name, make):
     x = make()
     with pytest.raises(RuntimeError, match="expected a CUDA tensor"):
         op.out(x, out=torch.empty_like(x))
+
+
+@needs_extension
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf not found")
+def test_extension_links_libstdcxx():
+    """lab._C must name libstdc++ itself: linked by `gcc -shared` (Ubuntu's Python) it did not, its
+    C++ symbols bound to the oldest ABI's, and error messages with numbers segfaulted (setup.py)."""
+    needed = subprocess.run(["readelf", "-d", str(BUILT[0])], capture_output=True, text=True).stdout
+    assert "libstdc++.so" in needed, needed
 
 
 @needs_extension
