@@ -27,6 +27,25 @@ def arch_flags() -> list[str]:
     return flags
 
 
+def torch_libstdcxx() -> list[str]:
+    """The shared libstdc++ that torch runs with, to link against by path.
+
+    A compiler driver may link libstdc++ statically (the H200 machines set CXX to a g++ wrapper
+    whose library path holds only libstdc++.a). lab._C then carries a private copy of the C++
+    streams next to torch's shared one, and the first error message that formats a number mixes
+    the two copies' locale objects and segfaults. Naming torch's own libstdc++.so on the link line
+    binds every C++ symbol to it before the driver's static archive is searched.
+    """
+    import torch  # noqa: F401  loads libstdc++ into this process
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "/libstdc++.so" in line})
+    except OSError:  # not Linux: the platform's default linking applies
+        return []
+    return paths[:1]
+
+
 def extension():
     from torch.utils.cpp_extension import CUDAExtension
 
@@ -44,11 +63,7 @@ def extension():
         sources=sources,
         include_dirs=[str(CSRC / "include")],
         extra_compile_args={"cxx": [*host_opt, "-std=c++17", "-DPy_LIMITED_API=0x030A0000"], "nvcc": nvcc},
-        # Some Pythons (Ubuntu's, as on the H200 machines) link extensions with `gcc -shared`, which
-        # leaves libstdc++ out of the library's NEEDED list: its C++ symbols are then bound without
-        # a version, to the oldest ABI's, and formatting a number into an error message (the
-        # locale's num_put) crashes. Naming libstdc++ binds them to the versions compiled against.
-        extra_link_args=["-lstdc++"],
+        extra_link_args=torch_libstdcxx(),
         py_limited_api=True,
     )
 

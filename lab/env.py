@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import shutil
 import subprocess
@@ -21,6 +22,10 @@ def _run(cmd: list[str]) -> str:
 
 
 def git_commit() -> str:
+    """HEAD, with -dirty for uncommitted changes; LAB_COMMIT overrides it where the checkout's
+    history is not the code's (the device tool copies the working tree beside an older .git)."""
+    if os.environ.get("LAB_COMMIT"):
+        return os.environ["LAB_COMMIT"]
     commit = _run(["git", "rev-parse", "HEAD"]) or "unknown"
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return commit + ("-dirty" if dirty else "")

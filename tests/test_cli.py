@@ -125,3 +125,15 @@ def test_resources_names_every_kernel(resources_run):
     assert rows
     for row in rows:
         assert "_softmax_kernel" in row, row
+
+
+def test_commit_is_recorded_and_can_be_given(monkeypatch):
+    from lab import env
+
+    monkeypatch.delenv("LAB_COMMIT", raising=False)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    if head:  # a git checkout: HEAD, marked -dirty when tracked files changed
+        assert env.git_commit().removesuffix("-dirty") == head
+    monkeypatch.setenv("LAB_COMMIT", "0123abc")
+    assert env.git_commit() == "0123abc"
+    assert env.environment()["commit"] == "0123abc"

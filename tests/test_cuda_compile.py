@@ -206,11 +206,16 @@ def test_cpu_tensor_is_rejected(name, make):
 
 @needs_extension
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf not found")
-def test_extension_links_libstdcxx():
-    """lab._C must name libstdc++ itself: linked by `gcc -shared` (Ubuntu's Python) it did not, its
-    C++ symbols bound to the oldest ABI's, and error messages with numbers segfaulted (setup.py)."""
+def test_extension_links_shared_libstdcxx():
+    """lab._C uses torch's shared libstdc++, not a private static copy: linked by a g++ that took
+    libstdc++.a (the H200 machines' CXX), error messages with numbers segfaulted (see setup.py)."""
     needed = subprocess.run(["readelf", "-d", str(BUILT[0])], capture_output=True, text=True).stdout
     assert "libstdc++.so" in needed, needed
+    if shutil.which("nm"):
+        defined = subprocess.run(["nm", "-C", "--defined-only", str(BUILT[0])], capture_output=True,
+                                 text=True).stdout
+        private = [line for line in defined.splitlines() if "basic_ostream" in line and "_M_insert" in line]
+        assert not private, "libstdc++'s stream code is linked into lab._C:\n" + "\n".join(private[:5])
 
 
 @needs_extension
