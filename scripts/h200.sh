@@ -5,6 +5,7 @@
 #   bash scripts/h200.sh checks   build, the resource report, the whole pytest suite (GPU tests
 #                                 included) and compute-sanitizer memcheck + racecheck
 #   bash scripts/h200.sh full     lab, then checks
+# LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200
 # (copy it to results/h200), the lab's log lab.txt, and checks.txt (build, tests, sanitizer).
 set -uo pipefail
@@ -17,7 +18,7 @@ log="$OUT/checks.txt"
 status=0
 
 build() {
-  { echo "== $(date -u) mode=$MODE commit=$(git rev-parse --short HEAD 2>/dev/null)"
+  { echo "== $(date -u) mode=$MODE commit=${LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu --format=csv
     bash build.sh; } 2>&1 | tee -a "$log"
 }
