@@ -18,7 +18,7 @@ pip_install() {
 # 1. Python packages, each only if missing.
 has_module torch || pip_install "$TORCH_PIN" || { say "torch is required and could not be installed"; exit 1; }
 has_module triton || pip_install triton || say "triton missing: the Triton variants will be listed as skipped"
-for pkg in numpy pytest ninja matplotlib; do
+for pkg in numpy pytest ninja matplotlib ruff; do
   has_module "$pkg" || pip_install "$pkg" || say "$pkg missing: some features will be unavailable"
 done
 

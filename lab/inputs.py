@@ -94,7 +94,9 @@ def make_input(
     return buf[:, : shape.n]
 
 
-def special_input(n: int, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+def special_input(
+    n: int, dtype: torch.dtype, device: torch.device | str, seed: int = 0
+) -> tuple[torch.Tensor, list[str]]:
     """Irregular rows interleaved with each SPECIAL_ROWS case; returns the tensor and row labels."""
     g = torch.Generator(device=device).manual_seed(seed)
     rows: list[torch.Tensor] = []

@@ -70,13 +70,17 @@ def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     for m, n, s in shapes:
         copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
         label = f"{m}x{n}" + ("" if s == n else f"/{s}")
-        rows.append([label, _fmt(copy), *(cell(by_key[(v, m, n, s)]) if (v, m, n, s) in by_key else "" for v in variants)])
+        cells = (cell(by_key[(v, m, n, s)]) if (v, m, n, s) in by_key else "" for v in variants)
+        rows.append([label, _fmt(copy), *cells])
     return header, rows
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells: list[str]) -> str:  # first column left-aligned, numbers right-aligned
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
@@ -115,7 +119,7 @@ def plot(results: list[Result], path: Path, title: str) -> bool:
         return False
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False, sharey=True)
-    for ax, dtype in zip(axes[0], dtypes):
+    for ax, dtype in zip(axes[0], dtypes, strict=True):
         rs = [r for r in results if r.dtype == dtype]
         copy = sorted({(r.n, r.copy_gbps) for r in rs if r.copy_gbps})
         if copy:
@@ -129,8 +133,11 @@ def plot(results: list[Result], path: Path, title: str) -> bool:
         ax.set_title(f"{title}, {dtype}")
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("GB/s  (2·M·N·itemsize / time)")
-    axes[0][-1].legend(fontsize=8, loc="lower right")
+    # One legend for all panels (a variant may have points in one dtype only), beside them, not
+    # over them: the lines fill every corner of the plot.
+    legend = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(legend.values(), legend.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True

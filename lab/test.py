@@ -25,7 +25,7 @@ if not HAS_GPU:
 
 from lab import bench, check, inputs, report  # noqa: E402
 from lab.env import ROOT, environment  # noqa: E402
-from lab.registry import BACKENDS, Variant, Unavailable, dtype_name, variants  # noqa: E402
+from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -180,7 +180,8 @@ def run_sweeps(runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]], d
     results: list[report.Result] = []
     total = len(plan) * len(dtypes)
     log(f"\n{'checking' if args.check_only else 'checking, then timing'} {total} points "
-        f"({'L2 flushed, median of do_bench' if device.type == 'cuda' else 'CPU wall clock'}); GB/s = 2*M*N*itemsize/time")
+        f"({'L2 flushed, median of do_bench' if device.type == 'cuda' else 'CPU wall clock'}); "
+        "GB/s = 2*M*N*itemsize/time")
     k = 0
     for dtype in dtypes:
         for sweep, shape in plan:
@@ -197,7 +198,8 @@ def run_sweeps(runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]], d
             results += point
             del x, ref
             cells = "  ".join(f"{p.variant}={report.cell(p)}" for p in point)
-            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {shape.label} ({time.perf_counter() - start:.1f} s): {cells}")
+            took = time.perf_counter() - start
+            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {shape.label} ({took:.1f} s): {cells}")
             for p in point:
                 if p.status == "failed":
                     log(f"    FAIL {p.variant}: {p.reason}")

@@ -1,9 +1,9 @@
 """Runs every CUDA variant on a few small shapes (tails, odd N, strided rows, several block sizes)
 so that compute-sanitizer can watch them: see scripts/sanitize.sh."""
 
+import lab._C  # noqa: F401  registers torch.ops.lab.*
 import torch
 
-import lab._C  # noqa: F401  registers torch.ops.lab.*
 from lab.backends.cuda_variants import CUDA_VARIANTS
 from lab.inputs import Shape, make_input
 

@@ -4,7 +4,6 @@ import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import fields

@@ -38,7 +38,7 @@ def softmax_persistent_kernel(
         tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_properties(index: int) -> dict:
     return triton.runtime.driver.active.utils.get_device_properties(index)
 
@@ -49,7 +49,7 @@ def stage_choices(props: dict) -> tuple[int, ...]:
     return (4, 2, 1) if props["max_shared_mem"] > 200_000 else (2, 1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def launch_config(x_dtype: torch.dtype, block: int, num_warps: int, device_index: int) -> tuple[int, int]:
     """(num_stages, programs): the deepest pipelining that compiles within shared memory, and SMs x
     the programs per SM that the compiled kernel's registers and shared memory allow."""

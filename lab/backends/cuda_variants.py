@@ -18,7 +18,9 @@ def load_extension() -> None:
     except ImportError as e:
         raise Unavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
     for name in CUDA_VARIANTS:
-        torch.library.register_fake(f"lab::{name}")(lambda x: torch.empty_like(x, memory_format=torch.contiguous_format))
+        torch.library.register_fake(f"lab::{name}")(
+            lambda x: torch.empty_like(x, memory_format=torch.contiguous_format)
+        )
     _LOADED.append("lab._C")
 
 

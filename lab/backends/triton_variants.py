@@ -42,7 +42,8 @@ else:
     DTYPES, DTYPE_REASON = (torch.float32, torch.float16, torch.bfloat16), ""
 
 COMMON = dict(
-    dtypes=DTYPES, dtype_reason=DTYPE_REASON, op="softmax", backend="triton", writes_out=True, runs_on_cpu=interpreted(),
+    dtypes=DTYPES, dtype_reason=DTYPE_REASON, op="softmax", backend="triton", writes_out=True,
+    runs_on_cpu=interpreted(),
     traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED_LIMIT,
 )
 register(Variant(
