@@ -1,11 +1,16 @@
 """Runs every CUDA variant on a few small shapes (tails, odd N, strided rows, several block sizes)
 so that compute-sanitizer can watch them: see scripts/sanitize.sh."""
 
-import lab._C  # noqa: F401  registers torch.ops.lab.*
+import sys
+
 import torch
 
-from lab.backends.cuda_variants import CUDA_VARIANTS
+from lab.backends.cuda_variants import CUDA_VARIANTS, load_extension
 from lab.inputs import Shape, make_input
+
+load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
+if not torch.cuda.is_available():
+    sys.exit("sanitize_driver: lab._C loaded, but there is no CUDA GPU to run the kernels on")
 
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(4, 1025), Shape(3, 3000, 3007), Shape(2, 8191), Shape(2, 65537, 65600)]
 

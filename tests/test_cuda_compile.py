@@ -4,9 +4,11 @@ Needs nvcc only (no GPU). Also: the built extension lab._C registers torch.ops.l
 CPU tensors with a clear message.
 """
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -216,6 +218,18 @@ def test_extension_links_shared_libstdcxx():
                                  text=True).stdout
         private = [line for line in defined.splitlines() if "basic_ostream" in line and "_M_insert" in line]
         assert not private, "libstdc++'s stream code is linked into lab._C:\n" + "\n".join(private[:5])
+
+
+@needs_extension
+def test_sanitizer_driver_loads_the_extension():
+    """scripts/sanitize_driver.py (run under compute-sanitizer on the GPU) gets as far as the GPU here:
+    its imports work in the order they are written (lab._C needs torch loaded first)."""
+    proc = subprocess.run([sys.executable, str(resources.ROOT / "scripts" / "sanitize_driver.py")],
+                          capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(resources.ROOT)},
+                          cwd=resources.ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "lab._C loaded, but there is no CUDA GPU" in proc.stderr, proc.stderr
 
 
 @needs_extension
