@@ -18,8 +18,17 @@ pip_install() {
 # 1. Python packages, each only if missing.
 has_module torch || pip_install "$TORCH_PIN" || { say "torch is required and could not be installed"; exit 1; }
 has_module triton || pip_install triton || say "triton missing: the Triton variants will be listed as skipped"
+without() {  # what the lab does without an optional package
+  case "$1" in
+    numpy) echo "torch and the Triton interpreter need it" ;;
+    pytest) echo "\`python -m pytest\` cannot run" ;;
+    ninja) echo "the extension builds one file at a time" ;;
+    matplotlib) echo "results are saved without plots" ;;
+    ruff) echo "the lint test is skipped" ;;
+  esac
+}
 for pkg in numpy pytest ninja matplotlib ruff; do
-  has_module "$pkg" || pip_install "$pkg" || say "$pkg missing: some features will be unavailable"
+  has_module "$pkg" || pip_install "$pkg" || say "$pkg missing: $(without "$pkg")"
 done
 
 # 2. Without a GPU the Triton kernels run under TRITON_INTERPRET=1, which in triton 3.6 needs

@@ -42,13 +42,23 @@ def gpu_record() -> dict:
         "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
         "compute_capability": f"{p.major}.{p.minor}",
     }
-    if shutil.which("nvidia-smi"):
-        fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu"
-        out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"])
-        if out:
-            for k, v in zip(fields.split(","), out.splitlines()[0].split(", "), strict=False):
-                rec[k] = v
+    rec.update(nvidia_smi("driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,"
+                          "temperature.gpu"))
     return rec
+
+
+def nvidia_smi(fields: str) -> dict:
+    """The first GPU's values of nvidia-smi's comma-separated query fields ({} without nvidia-smi)."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"])
+    return dict(zip(fields.split(","), out.splitlines()[0].split(", "), strict=False)) if out else {}
+
+
+def clocks_under_load() -> dict:
+    """Clocks and temperature read right after the timed sweeps: the ones in gpu_record() are read at
+    start-up, when an idle GPU reports its lowest SM clock."""
+    return {f"{k} after run": v for k, v in nvidia_smi("clocks.sm,clocks.mem,temperature.gpu").items()}
 
 
 def environment() -> dict:

@@ -24,7 +24,7 @@ if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from lab import bench, check, inputs, report  # noqa: E402
-from lab.env import ROOT, environment  # noqa: E402
+from lab.env import ROOT, clocks_under_load, environment  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     run_suite(runnable, dtypes, device, args.seed)
     results = run_sweeps(runnable, plan, dtypes, device, args)
+    if HAS_GPU:
+        env.update(clocks_under_load())
     for (sweep, dtype), rs in report.grouped(results).items():
         header, rows = report.table_rows(rs)
         log(f"\n{sweep} sweep, {dtype}: GB/s (% of copy ceiling); '-' skipped, FAIL failed the check")

@@ -136,3 +136,19 @@ def test_commit_is_recorded_and_can_be_given(monkeypatch):
     monkeypatch.setenv("LAB_COMMIT", "0123abc")
     assert env.git_commit() == "0123abc"
     assert env.environment()["commit"] == "0123abc"
+
+
+def test_nvidia_smi_fields_are_parsed(tmp_path, monkeypatch):
+    """The environment's GPU clocks come from `nvidia-smi --query-gpu=... --format=csv,noheader`."""
+    from lab import env
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '1980 MHz, 3201 MHz, 47'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert env.nvidia_smi("clocks.sm,clocks.mem,temperature.gpu") == {
+        "clocks.sm": "1980 MHz", "clocks.mem": "3201 MHz", "temperature.gpu": "47"}
+    assert env.clocks_under_load() == {
+        "clocks.sm after run": "1980 MHz", "clocks.mem after run": "3201 MHz", "temperature.gpu after run": "47"}
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert env.nvidia_smi("clocks.sm") == {}
