@@ -48,6 +48,10 @@ void run(RowsLauncher launch, const at::Tensor& x, at::Tensor& out, const char* 
   const RowsArgs args{x.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
                       x.stride(0),  out.stride(0),  to_lab_dtype(x, op)};
   const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
+  // Every argument was checked above, so a launcher's cudaErrorInvalidValue means this variant
+  // cannot take the shape (its limits are in the header of csrc/softmax/<op>.cu).
+  TORCH_CHECK(err != cudaErrorInvalidValue, "lab::", op, ": rows of ", x.size(1),
+              " elements are beyond this variant's limit (see csrc/softmax/", op, ".cu)");
   TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
 }
 

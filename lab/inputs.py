@@ -57,12 +57,14 @@ SWEEPS: dict[str, tuple[Shape, ...]] = {
 
 # Every branch of every variant: M = 0 and 1, N = 1, odd N, N not a multiple of 4 or 8 (scalar
 # tails), both sides of the CUDA threads-per-block steps (one 16-byte pack per thread, 32 to 512
-# threads) and of the Triton fused limit, row strides larger than N (aligned and misaligned).
+# threads), of register_cached's row shapes (N = 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+# 16384) and of the Triton fused limit, row strides larger than N (aligned and misaligned).
 EDGE_SHAPES: tuple[Shape, ...] = (
     Shape(0, 7), Shape(1, 1), Shape(3, 1), Shape(1, 1000), Shape(4, 2), Shape(5, 31), Shape(7, 33),
-    Shape(3, 127), Shape(3, 129), Shape(9, 1023), Shape(4, 1025), Shape(3, 2049), Shape(2, 4097),
-    Shape(2, 8191), Shape(6, 100, 133), Shape(5, 1024, 1040), Shape(3, 3000, 3007), Shape(2, 65536),
-    Shape(2, 65537, 65600), Shape(2, 262147),
+    Shape(5, 64), Shape(3, 65), Shape(3, 127), Shape(3, 129), Shape(3, 256, 264), Shape(3, 257), Shape(2, 513),
+    Shape(9, 1023), Shape(4, 1025), Shape(3, 2049), Shape(2, 4097), Shape(2, 8191), Shape(6, 100, 133),
+    Shape(5, 1024, 1040), Shape(3, 3000, 3007), Shape(2, 16383, 16390), Shape(2, 16384), Shape(2, 16385),
+    Shape(2, 65536), Shape(2, 65537, 65600), Shape(2, 262147),
 )
 CPU_EDGE_MAX_N = 4097  # edge shapes past this are left to the GPU (the interpreter is slow)
 

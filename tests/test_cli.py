@@ -14,7 +14,8 @@ from lab import report, resources
 from lab.env import ROOT
 
 ALL = ("torch.softmax", "torch.naive", "torch.jit_naive", "torch.compile",
-       "triton.fused", "triton.persistent", "cuda.three_pass", "cuda.warp_shuffle", "cuda.online")
+       "triton.fused", "triton.persistent", "cuda.three_pass", "cuda.warp_shuffle", "cuda.online",
+       "cuda.register_cached")
 
 
 def lab_test(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -36,7 +37,7 @@ def test_cpu_run():
     out = proc.stdout
     header = next((line for line in out.splitlines() if line.startswith("shape ")), "")
     assert "torch.softmax" in header and "triton.fused" in header, out
-    for name in ("cuda.three_pass", "cuda.warp_shuffle", "cuda.online"):
+    for name in ("cuda.three_pass", "cuda.warp_shuffle", "cuda.online", "cuda.register_cached"):
         assert name in out
     assert "needs a GPU" in out
     assert "ok   torch.softmax" in out and "ok   triton.fused" in out, "the correctness suite ran"
@@ -49,7 +50,7 @@ def test_list():
     assert_clean(proc)
     listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")]
     assert listed == list(ALL)
-    assert "variants (9)" in proc.stdout
+    assert "variants (10)" in proc.stdout
 
 
 def test_custom_strided_shape(tmp_path):

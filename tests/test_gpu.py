@@ -19,7 +19,8 @@ CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
 # The variants of this repository (optional peers, when there are some, may be unavailable).
 OWN = ("triton.fused", "triton.persistent", *(f"cuda.{n}" for n in CUDA_NAMES))
 # Just over 2^31 elements (4.3 GB in bfloat16): element offsets past 2^31 - 1 need 64-bit indexing.
-BIG = (32769, 65536)
+# Long rows for the block-per-row kernels, short ones for those limited to shorter rows.
+BIG = [(32769, 65536), (2097153, 1024)]
 
 
 def variant_dtypes() -> list:
@@ -130,17 +131,28 @@ def test_cuda_op_out_returns_out(name):
     assert check.compare(out, check.reference(x), torch.float32).ok
 
 
+@pytest.mark.parametrize("name", [n for n, spec in cuda_variants.CUDA_VARIANTS.items() if spec.max_n])
+def test_cuda_op_beyond_its_limit_raises_clearly(name):
+    cuda_variants.load_extension()
+    limit = cuda_variants.CUDA_VARIANTS[name].max_n
+    x = torch.randn(2, limit + 1, device="cuda")
+    words = f"lab::{name}: rows of {limit + 1} elements are beyond this variant's limit"
+    with pytest.raises(RuntimeError, match=words):
+        getattr(torch.ops.lab, name)(x)
+    assert check.check(getattr(torch.ops.lab, name), x[:, :limit], writes_out=False).ok
+
+
 # --- 64-bit indexing ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def big_input():
-    elements = BIG[0] * BIG[1]
+@pytest.fixture(scope="module", params=BIG, ids=lambda s: f"{s[0]}x{s[1]}")
+def big_input(request):
+    elements = request.param[0] * request.param[1]
     assert elements > 2**31
     free, _ = torch.cuda.mem_get_info()
     if free < 2 * elements * 2 + 2**30:
         pytest.skip(f"needs {2 * elements * 2 / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
-    x = torch.randn(BIG, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(request.param, dtype=torch.bfloat16, device="cuda")
     yield x
     del x
     torch.cuda.empty_cache()

@@ -53,6 +53,7 @@ def test_edge_shapes_cover_the_branches():
     assert any(s.stride > s.n for s in shapes), "a row stride larger than N"
     assert any(s.stride > s.n and s.stride % 8 for s in shapes), "a misaligned row stride"
     assert {1024, 1025} <= ns and max(ns) > 65536, "both sides of the thresholds"
+    assert {64, 65, 256, 257, 16384, 16385} <= ns, "both sides of register_cached's row shapes and limit"
     assert any(s.n <= inputs.CPU_EDGE_MAX_N for s in shapes)
     assert len(set(shapes)) == len(shapes)
 

@@ -9,7 +9,7 @@ from lab.registry import Traffic, Unavailable, Variant, register, variants
 EXPECTED = (
     "torch.softmax", "torch.naive", "torch.jit_naive", "torch.compile",
     "triton.fused", "triton.persistent",
-    "cuda.three_pass", "cuda.warp_shuffle", "cuda.online",
+    "cuda.three_pass", "cuda.warp_shuffle", "cuda.online", "cuda.register_cached",
 )
 SCRATCH_OP = "test_op_xyz"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from lab.registry import Traffic, Unavailable, Variant, register
@@ -40,14 +42,31 @@ def op_kernel(name: str):
     return build
 
 
-# name -> (HBM traffic, description); the order is the ladder's, and matches csrc/include/lab/launch.h.
+@dataclass(frozen=True)
+class CudaSpec:
+    """What the registry needs of a CUDA variant beyond its op: see lab.registry.Variant."""
+
+    traffic: Traffic
+    description: str
+    max_n: int | None = None  # the launcher refuses longer rows (the header of its .cu says why)
+    max_n_reason: str = ""
+
+
+# The order is the ladder's, and matches LAB_SOFTMAX_VARIANTS in csrc/include/lab/launch.h.
 CUDA_VARIANTS = {
-    "three_pass": (Traffic(3, 1), "block per row; max, sum of exp, write: 3 sweeps, shared-memory tree reductions"),
-    "warp_shuffle": (Traffic(3, 1), "three_pass with two-level reductions (warp xor shuffles, then one warp)"),
-    "online": (Traffic(2, 1), "single sweep for (max, sum) with the online merge, then one write sweep"),
+    "three_pass": CudaSpec(
+        Traffic(3, 1), "block per row; max, sum of exp, write: 3 sweeps, shared-memory tree reductions"),
+    "warp_shuffle": CudaSpec(
+        Traffic(3, 1), "three_pass with two-level reductions (warp xor shuffles, then one warp)"),
+    "online": CudaSpec(
+        Traffic(2, 1), "single sweep for (max, sum) with the online merge, then one write sweep"),
+    "register_cached": CudaSpec(
+        Traffic(1, 1), "row held in registers (sub-warp/warp per short row, block per medium row): 1 read, 1 write",
+        max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
 }
-for _name, (_traffic, _description) in CUDA_VARIANTS.items():
+for _name, _spec in CUDA_VARIANTS.items():
     register(Variant(
-        op="softmax", name=f"cuda.{_name}", backend="cuda", description=_description,
-        build=op_kernel(_name), traffic=_traffic, writes_out=True,
+        op="softmax", name=f"cuda.{_name}", backend="cuda", description=_spec.description,
+        build=op_kernel(_name), traffic=_spec.traffic, writes_out=True, max_n=_spec.max_n,
+        max_n_reason=_spec.max_n_reason,
     ))

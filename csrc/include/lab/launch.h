@@ -1,8 +1,10 @@
 // The framework-free boundary between the kernels (csrc/softmax/*.cu) and the torch bindings.
 //
 // Nothing here knows torch: a launcher takes raw pointers, sizes, strides and a stream, and
-// returns the CUDA error of its launch. Adding a CUDA variant is one .cu file defining
-// `softmax_<name>` plus one line in LAB_SOFTMAX_VARIANTS below.
+// returns the CUDA error of its launch, or cudaErrorInvalidValue for a shape beyond the variant's
+// limits (stated in the header of its .cu). Adding a CUDA variant is one .cu file defining
+// `softmax_<name>` plus one line in LAB_SOFTMAX_VARIANTS below (and its entry in
+// lab/backends/cuda_variants.py).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ using RowsLauncher = cudaError_t (*)(const RowsArgs&, cudaStream_t);
 #define LAB_SOFTMAX_VARIANTS(X) \
   X(three_pass)                 \
   X(warp_shuffle)               \
-  X(online)
+  X(online)                     \
+  X(register_cached)
 
 #define LAB_DECLARE_LAUNCHER(name) cudaError_t softmax_##name(const RowsArgs& args, cudaStream_t stream);
 LAB_SOFTMAX_VARIANTS(LAB_DECLARE_LAUNCHER)

@@ -26,12 +26,14 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
 
-// Butterfly (xor) all-reduce inside one warp: after log2(32) steps every lane holds op over all
-// 32 lanes. All 32 lanes must call it.
-template <typename V, typename Op>
+// Butterfly (xor) all-reduce inside groups of WIDTH consecutive lanes (a whole warp by default):
+// after log2(WIDTH) steps every lane holds op over its group. xor with a mask below WIDTH never
+// leaves the group, so several groups reduce independently in one warp. All 32 lanes must call it.
+template <int WIDTH = kWarpSize, typename V, typename Op>
 __device__ __forceinline__ V warp_allreduce(V v, Op op) {
+  static_assert(WIDTH >= 1 && WIDTH <= kWarpSize && (WIDTH & (WIDTH - 1)) == 0, "a power of two up to 32");
 #pragma unroll
-  for (int mask = kWarpSize / 2; mask > 0; mask /= 2) v = op(v, shfl_xor(v, mask));
+  for (int mask = WIDTH / 2; mask > 0; mask /= 2) v = op(v, shfl_xor(v, mask));
   return v;
 }
 
