@@ -59,10 +59,10 @@ constexpr RowShape kRowShapes16[] = {
     {32, 4, 8},     {64, 8, 8},       {128, 16, 8},     {256, 32, 8},     {512, 32, 16},
     {1024, 32, 32}, {2048, 64, 32},   {4096, 128, 32},  {8192, 256, 32},  {16384, 512, 32},
 };
-template <typename T>
-constexpr const RowShape (&kRowShapes)[10] = sizeof(T) == 4 ? kRowShapes32 : kRowShapes16;
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
 static_assert(kShapes == sizeof(kRowShapes16) / sizeof(RowShape), "one row shape per length in each table");
+template <typename T>
+constexpr const RowShape (&kRowShapes)[kShapes] = sizeof(T) == 4 ? kRowShapes32 : kRowShapes16;
 constexpr int64_t kMaxCols = kRowShapes32[kShapes - 1].max_cols;
 static_assert(kMaxCols == kRowShapes16[kShapes - 1].max_cols, "the same limit in every dtype");
 constexpr int kWarpGroupBlock = 256;  // threads per block when groups are at most a warp
