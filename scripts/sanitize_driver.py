@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
     sys.exit("sanitize_driver: lab._C loaded, but there is no CUDA GPU to run the kernels on")
 
 # Tails, odd N, strided and misaligned rows, and every launch shape: sub-warp, warp and block groups
-# of register_cached, 32 to 1024 threads per block of the others.
+# of register_cached, 32 to 512 threads per block of the others.
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(3, 700), Shape(4, 1025), Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600)]
 
