@@ -131,7 +131,7 @@ def test_cuda_op_out_returns_out(name):
     assert check.compare(out, check.reference(x), torch.float32).ok
 
 
-@pytest.mark.parametrize("name", [n for n, spec in cuda_variants.CUDA_VARIANTS.items() if spec.max_n])
+@pytest.mark.parametrize("name", [n for n, v in cuda_variants.CUDA_VARIANTS.items() if v.max_n])
 def test_cuda_op_beyond_its_limit_raises_clearly(name):
     cuda_variants.load_extension()
     limit = cuda_variants.CUDA_VARIANTS[name].max_n

@@ -75,11 +75,6 @@ constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : kW
 template <int BLOCK>
 constexpr int kMinBlocks = 1024 / BLOCK > 0 ? 1024 / BLOCK : 1;
 
-template <typename T>
-__device__ __forceinline__ bool is_aligned(const T* p) {
-  return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0;
-}
-
 template <typename T, int THREADS_PER_ROW, int ELEMS>
 __global__ void __launch_bounds__(kBlockThreads<THREADS_PER_ROW>, kMinBlocks<kBlockThreads<THREADS_PER_ROW>>)
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from lab.registry import Traffic, Unavailable, Variant, register
@@ -42,31 +40,24 @@ def op_kernel(name: str):
     return build
 
 
-@dataclass(frozen=True)
-class CudaSpec:
-    """What the registry needs of a CUDA variant beyond its op: see lab.registry.Variant."""
-
-    traffic: Traffic
-    description: str
-    max_n: int | None = None  # the launcher refuses longer rows (the header of its .cu says why)
-    max_n_reason: str = ""
+def _register(name: str, traffic: Traffic, description: str, **limits) -> Variant:
+    """Register torch.ops.lab.<name> as the variant cuda.<name>. A row-length limit (max_n,
+    max_n_reason) is the one its launcher enforces; the header of csrc/softmax/<name>.cu says why."""
+    return register(Variant(
+        op="softmax", name=f"cuda.{name}", backend="cuda", description=description, build=op_kernel(name),
+        traffic=traffic, writes_out=True, **limits,
+    ))
 
 
 # The order is the ladder's, and matches LAB_SOFTMAX_VARIANTS in csrc/include/lab/launch.h.
-CUDA_VARIANTS = {
-    "three_pass": CudaSpec(
-        Traffic(3, 1), "block per row; max, sum of exp, write: 3 sweeps, shared-memory tree reductions"),
-    "warp_shuffle": CudaSpec(
-        Traffic(3, 1), "three_pass with two-level reductions (warp xor shuffles, then one warp)"),
-    "online": CudaSpec(
-        Traffic(2, 1), "single sweep for (max, sum) with the online merge, then one write sweep"),
-    "register_cached": CudaSpec(
-        Traffic(1, 1), "row held in registers (sub-warp/warp per short row, block per medium row): 1 read, 1 write",
-        max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
-}
-for _name, _spec in CUDA_VARIANTS.items():
-    register(Variant(
-        op="softmax", name=f"cuda.{_name}", backend="cuda", description=_spec.description,
-        build=op_kernel(_name), traffic=_spec.traffic, writes_out=True, max_n=_spec.max_n,
-        max_n_reason=_spec.max_n_reason,
-    ))
+CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
+    _register("three_pass", Traffic(3, 1),
+              "block per row; max, sum of exp, write: 3 sweeps, shared-memory tree reductions"),
+    _register("warp_shuffle", Traffic(3, 1),
+              "three_pass with two-level reductions (warp xor shuffles, then one warp)"),
+    _register("online", Traffic(2, 1),
+              "single sweep for (max, sum) with the online merge, then one write sweep"),
+    _register("register_cached", Traffic(1, 1),
+              "row held in registers (sub-warp/warp per short row, block per medium row): 1 read, 1 write",
+              max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
+)}

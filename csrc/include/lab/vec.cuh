@@ -36,6 +36,12 @@ struct alignas(kVecBytes) Pack {
   T v[kPack<T>];
 };
 
+// Whether `p` may be read or written as 16-byte packs.
+template <typename T>
+__device__ __forceinline__ bool is_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0;
+}
+
 // Elements before `p` reaches 16-byte alignment (p is at least sizeof(T)-aligned).
 template <typename T>
 __device__ __forceinline__ int elems_to_alignment(const T* p) {
