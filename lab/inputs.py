@@ -1,4 +1,4 @@
-"""Shapes (the sweeps of BENCHMARKS.md, quick and edge sets) and input tensors.
+"""Shapes (the fixed and tutorial sweeps, a quick one, a CPU one, the edge set) and input tensors.
 
 Inputs are irregular on purpose: per-row scale and offset, a few large outliers per row (so the
 softmax is far from uniform), never zeros, never only powers of two. Padding past N in strided
@@ -26,6 +26,12 @@ class Shape:
     @property
     def label(self) -> str:
         return f"{self.m}x{self.n}" + ("" if self.row_stride in (None, self.n) else f"/{self.row_stride}")
+
+    @staticmethod
+    def of(x: torch.Tensor) -> Shape:
+        """The shape of a 2-D tensor with contiguous rows: (M, N, the elements between row starts)."""
+        m, n = x.shape
+        return Shape(m, n, None if x.stride(0) == n else x.stride(0))
 
     @staticmethod
     def parse(text: str) -> Shape:

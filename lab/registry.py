@@ -14,11 +14,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lab.inputs import Shape
+
 Kernel = Callable[..., torch.Tensor]
 """kernel(x) -> y, or kernel(x, out) -> out for variants that write into a given tensor."""
 
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-BACKENDS = ("torch", "triton", "cuda")
+BACKENDS = ("torch", "triton", "cuda", "peer")
+"""`peer`: kernels of other projects, optional packages measured beside ours (lab/backends/peer_variants.py)."""
+
+ShapeReason = Callable[[Shape, torch.dtype], str | None]
+"""shape_reason(shape, dtype) -> why the variant cannot take this shape in this dtype, or None if it can."""
 
 
 class Unavailable(Exception):
@@ -51,6 +57,9 @@ class Variant:
     """Why the dtypes left out of `dtypes` are, when there is more to say than "not supported"."""
     max_n: int | None = None
     max_n_reason: str = ""
+    shape_reason: ShapeReason | None = None
+    """Per-shape limits beyond the dtype and the row length (alignment, row stride...): a library that
+    refuses one edge case is skipped on that shape only, with the reason, instead of on a whole dtype."""
     writes_out: bool = False
     """Accepts an `out` tensor: the checker poisons it to catch unwritten elements."""
     per_shape: bool = False
@@ -62,12 +71,15 @@ class Variant:
     def traffic_for(self, dtype: torch.dtype) -> Traffic:
         return self.traffic(dtype) if callable(self.traffic) else self.traffic
 
-    def skip_reason(self, n: int, dtype: torch.dtype) -> str | None:
-        """Why this variant cannot take rows of length n in this dtype, or None if it can."""
+    def skip_reason(self, shape: Shape, dtype: torch.dtype) -> str | None:
+        """Why this variant cannot take this shape (M, N, row stride) in this dtype, or None if it can.
+        The dtype first, then the row length, then the variant's own shape_reason."""
         if dtype not in self.dtypes:
             return f"{dtype_name(dtype)} not supported" + (f": {self.dtype_reason}" if self.dtype_reason else "")
-        if self.max_n is not None and n > self.max_n:
+        if self.max_n is not None and shape.n > self.max_n:
             return f"N > {self.max_n}: {self.max_n_reason}" if self.max_n_reason else f"N > {self.max_n}"
+        if self.shape_reason is not None:
+            return self.shape_reason(shape, dtype)
         return None
 
     def kernel(self) -> Kernel:

@@ -120,7 +120,7 @@ def run_suite(runnable: list[Runnable], dtypes: list[torch.dtype], device: torch
             worst, count, failures = 0.0, 0, []
             start = time.perf_counter()
             for label, x, row_labels, ref in cases:
-                if v.skip_reason(x.shape[1], dtype):
+                if v.skip_reason(inputs.Shape.of(x), dtype):
                     continue
                 res = check.check(r.kernel_for(x), x, v.writes_out, ref, row_labels)
                 count += 1
@@ -140,7 +140,7 @@ def measure_point(r: Runnable, sweep: str, shape: inputs.Shape, x: torch.Tensor,
                   copy: bench.Timing | None, device: torch.device, time_it: bool) -> report.Result:
     v, dtype = r.variant, x.dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped")
-    if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape.n, dtype):
+    if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype):
         res.reason = reason
         return res
     try:

@@ -1,6 +1,7 @@
 """GPU only (skipped without one): every Triton and CUDA variant in every dtype against float64 on
 the edge shapes and the special rows, torch.library.opcheck on the CUDA ops, the error messages for
-bad inputs, and 64-bit indexing (more than 2^31 elements)."""
+bad inputs, and 64-bit indexing (more than 2^31 elements). The peers (other projects' kernels, optional
+packages) are checked on the shapes they take, and skipped with the reason where not installed."""
 
 import math
 
@@ -9,15 +10,17 @@ import torch
 
 from lab import check, inputs
 from lab.backends import cuda_variants
-from lab.registry import Variant, dtype_name, variants
+from lab.inputs import Shape
+from lab.registry import BACKENDS, Variant, dtype_name, variants
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-GPU_VARIANTS = variants(backends=["triton", "cuda"])
+# Every kernel that needs a GPU: this repository's own (Triton, CUDA), then the peers'.
+GPU_VARIANTS = [v for v in variants() if v.backend != "torch"]
+# This repository's kernels, which must all run on a GPU (the peers may not be installed).
+OWN = [v for v in GPU_VARIANTS if v.backend != "peer"]
 CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
-# The variants of this repository (optional peers, when there are some, may be unavailable).
-OWN = ("triton.fused", "triton.persistent", *(f"cuda.{n}" for n in CUDA_NAMES))
 # Just over 2^31 elements (4.3 GB in bfloat16): element offsets past 2^31 - 1 need 64-bit indexing.
 # Long rows for the block-per-row kernels, short ones for those limited to shorter rows.
 BIG = [(32769, 65536), (2097153, 1024)]
@@ -27,8 +30,8 @@ def variant_dtypes() -> list:
     return [pytest.param(v, d, id=f"{v.name}-{dtype_name(d)}") for v in GPU_VARIANTS for d in DTYPES]
 
 
-def kernel_for(v: Variant, n: int, dtype: torch.dtype):
-    if reason := v.skip_reason(n, dtype):
+def kernel_for(v: Variant, shape: Shape, dtype: torch.dtype):
+    if reason := v.skip_reason(shape, dtype):
         pytest.skip(f"{v.name}: {reason}")
     if reason := v.availability():
         pytest.skip(f"{v.name}: {reason}")
@@ -36,10 +39,10 @@ def kernel_for(v: Variant, n: int, dtype: torch.dtype):
 
 
 def test_own_variants_are_available():
-    for v in GPU_VARIANTS:
-        if v.name in OWN:
-            assert v.availability() is None, f"{v.name}: {v.availability()}"
-    assert {v.name for v in GPU_VARIANTS} >= set(OWN)
+    for v in OWN:
+        assert v.availability() is None, f"{v.name}: {v.availability()}"
+    assert {v.backend for v in OWN} == set(BACKENDS) - {"torch", "peer"}, "a GPU backend lost its variants"
+    assert {v.name for v in OWN} >= {f"cuda.{n}" for n in CUDA_NAMES}
 
 
 # --- correctness against float64 ----------------------------------------------------------------
@@ -48,7 +51,7 @@ def test_own_variants_are_available():
 @pytest.mark.parametrize("shape", inputs.EDGE_SHAPES, ids=lambda s: s.label)
 @pytest.mark.parametrize(("v", "dtype"), variant_dtypes())
 def test_edge_shapes(v, dtype, shape):
-    kernel = kernel_for(v, shape.n, dtype)
+    kernel = kernel_for(v, shape, dtype)
     x = inputs.make_input(shape, dtype, "cuda")
     ref = check.reference(x)
     res = check.check(kernel, x, v.writes_out, ref)  # into a NaN-poisoned out
@@ -62,8 +65,8 @@ def test_edge_shapes(v, dtype, shape):
 @pytest.mark.parametrize("n", inputs.SPECIAL_NS, ids=lambda n: f"N={n}")
 @pytest.mark.parametrize(("v", "dtype"), variant_dtypes())
 def test_special_rows(v, dtype, n):
-    kernel = kernel_for(v, n, dtype)
     x, labels = inputs.special_input(n, dtype, "cuda")
+    kernel = kernel_for(v, Shape.of(x), dtype)
     res = check.check(kernel, x, v.writes_out, row_labels=labels)
     assert res.ok, f"{v.name} {dtype_name(dtype)} N={n}: {res.summary()}"
 
@@ -109,9 +112,9 @@ def _bad_inputs():
     ("make", "cuda_error", "triton_error", "words"),
     [pytest.param(*case[1:], id=case[0]) for case in _bad_inputs()],
 )
-@pytest.mark.parametrize("v", GPU_VARIANTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("v", OWN, ids=lambda v: v.name)
 def test_bad_inputs_raise_clearly(v, make, cuda_error, triton_error, words):
-    kernel = kernel_for(v, 10, torch.float32)
+    kernel = kernel_for(v, Shape(4, 10), torch.float32)
     args = make()
     with pytest.raises(cuda_error if v.backend == "cuda" else triton_error, match=words):
         kernel(*args)
@@ -161,7 +164,7 @@ def big_input(request):
 @pytest.mark.parametrize("v", GPU_VARIANTS, ids=lambda v: v.name)
 def test_64bit_indexing(v, big_input):
     x = big_input
-    kernel = kernel_for(v, x.shape[1], x.dtype)
+    kernel = kernel_for(v, Shape.of(x), x.dtype)
     out = torch.full_like(x, math.nan)
     try:
         if v.writes_out:

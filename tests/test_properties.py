@@ -1,4 +1,4 @@
-"""Properties of every variant that can run here, beside the float64 comparison (STYLE item 9).
+"""Properties of every variant that can run here, beside the float64 comparison.
 
 Without a GPU: the torch variants on the CPU and the Triton ones under TRITON_INTERPRET=1 (float32
 and float16 only there, see their skip_reason). With a GPU: every available variant, on the GPU.
@@ -57,14 +57,16 @@ def cases(vs: list[Variant], shapes: list[Shape], dtypes: tuple[torch.dtype, ...
             for shape in (COMPILE_SHAPES if v.per_shape else shapes):
                 if v.per_shape and dtype != torch.float32:
                     continue
-                if v.skip_reason(shape.n, dtype) is None:
+                if v.skip_reason(shape, dtype) is None:
                     case_id = f"{v.name}-{dtype_name(dtype)}-{shape.label}"
                     out.append(pytest.param(v, dtype, shape, id=case_id))
     return out
 
 
-def variant_dtypes(vs: list[Variant]) -> list:
-    return [pytest.param(v, d, id=f"{v.name}-{dtype_name(d)}") for v in vs for d in v.dtypes]
+def variant_dtypes(vs: list[Variant], shape: Shape) -> list:
+    """(variant, dtype) for every dtype in which the variant takes `shape` (see Variant.skip_reason)."""
+    return [pytest.param(v, d, id=f"{v.name}-{dtype_name(d)}") for v in vs for d in v.dtypes
+            if v.skip_reason(shape, d) is None]
 
 
 def run(v: Variant, x: torch.Tensor) -> torch.Tensor:
@@ -106,7 +108,7 @@ def test_shift_invariance(v, dtype, shape):
 
 
 @pytest.mark.parametrize("offset", [1e4, -1e4, "scale"], ids=["plus-1e4", "minus-1e4", "times-1e3"])
-@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER))
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER, Shape(4, 100)))
 def test_large_magnitudes(v, dtype, offset):
     """Values around +-1e4 (exp alone overflows or underflows to 0/0) and spreads of +-1e4."""
     x32 = inputs.make_input(Shape(4, 100), torch.float32, DEVICE)
@@ -117,7 +119,7 @@ def test_large_magnitudes(v, dtype, offset):
     assert_probabilities(y, dtype)
 
 
-@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER))
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER, Shape(0, 7)))
 def test_empty_batch(v, dtype):
     x = torch.empty(0, 7, dtype=dtype, device=DEVICE)
     y = v.kernel()(x)
@@ -127,7 +129,7 @@ def test_empty_batch(v, dtype):
         assert v.kernel()(x, out).shape == (0, 7)
 
 
-@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER))
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER, Shape(6, 1)))
 def test_single_column_gives_ones(v, dtype):
     x = (torch.randn(6, 1, device=DEVICE) * 100).to(dtype)
     x[0, 0] = 1e4
@@ -150,7 +152,7 @@ def test_strided_rows_equal_contiguous(v, dtype, shape):
     assert padding.isnan().all(), "the variant wrote into its input"
 
 
-@pytest.mark.parametrize(("v", "dtype"), variant_dtypes([v for v in EAGER if v.writes_out]))
+@pytest.mark.parametrize(("v", "dtype"), variant_dtypes([v for v in EAGER if v.writes_out], Shape(5, 100)))
 def test_strided_out(v, dtype):
     """An `out` whose row stride is larger than N: rows land at the right place, padding untouched."""
     x = inputs.make_input(Shape(5, 100), dtype, DEVICE)
@@ -162,8 +164,12 @@ def test_strided_out(v, dtype):
     assert buf[:, 100:].isnan().all(), "wrote past N in out"
 
 
-@pytest.mark.parametrize("n", [7, 1000], ids=lambda n: f"N={n}")
-@pytest.mark.parametrize(("v", "dtype"), variant_dtypes(EAGER))
+@pytest.mark.parametrize(
+    ("v", "dtype", "n"),
+    # special_input(n) holds two rows per special case: (2 * len(SPECIAL_ROWS), n).
+    [pytest.param(*case.values, n, id=f"{case.id}-N={n}") for n in (7, 1000)
+     for case in variant_dtypes(EAGER, Shape(2 * len(inputs.SPECIAL_ROWS), n))],
+)
 def test_special_rows(v, dtype, n):
     """-inf entries, an all -inf row, +inf, NaN, 1e4 magnitudes: NaN exactly where torch has NaN."""
     x, labels = inputs.special_input(n, dtype, DEVICE)

@@ -1,0 +1,114 @@
+"""Peers: softmax kernels of other projects, measured beside ours by the same checker and timer.
+
+Both are optional packages. They are registered always, so `--list` says why one cannot run; `build`
+imports the package only when the variant is used, never when the variants are listed (importing
+the CuTe DSL takes seconds, and a machine without the packages must still list them).
+
+- peer.quack: QuACK (`pip install quack-kernels`, tested with 0.6.5), a CuTe DSL kernel. A CTA takes
+  a tile of rows into shared memory and registers, reduces (max, sum) in one online pass and writes
+  once; on sm_90, rows longer than 32768 elements in float32 (16384 in 16-bit) are split over a
+  cluster of up to 16 CTAs, which merge their partial reductions through distributed shared memory.
+- peer.liger: Liger-Kernel (`pip install liger-kernel`, tested with 0.8.5), a Triton kernel with one
+  program per row, the whole row in registers (block = next power of two of N).
+
+Neither takes an `out` tensor: both allocate their output, as torch.softmax does.
+
+QuACK compiles a kernel for each (dtype, N) on its first call, in about a second. The harness never
+times a first call: the correctness suite, and again the check of each sweep point on that point's
+own input, run the kernel before bench.time_fn sees it (and do_bench warms up as well).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from lab.inputs import Shape
+from lab.registry import Kernel, Traffic, Unavailable, Variant, register
+
+# QuACK loads and stores rows in 16-byte vectors (128 // dtype width elements): softmax.py calls
+# _get_tiled_copy(vecsize=128 // largest_dtype_width), which asserts N % vecsize == 0
+# (reduction_base.py), and Softmax.compile builds its tensors with a row stride divisible by
+# gcd(vecsize, N) and 16-byte alignment (compile_utils.make_fake_tensor).
+QUACK_VECTOR_BYTES = 16
+# The longest row: on sm_90 a row is split over at most 16 CTAs (Softmax._set_cluster_n) and each
+# holds its slice in shared memory (227 KB per block on H100 and H200). 220 KiB leaves room for the
+# rounding of a slice up to whole vectors per thread and for the reduction buffer.
+QUACK_MAX_CLUSTER = 16
+QUACK_SLICE_BYTES = 220 * 1024
+# Liger sizes its block as next_power_of_2(N) and raises past 65536 (calculate_settings in
+# liger_kernel/ops/utils.py): the row must fit in one program's registers.
+LIGER_MAX_N = 65536
+
+
+def quack_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    """Why QuACK cannot take this shape in this dtype, or None."""
+    size = dtype.itemsize
+    per_vector = QUACK_VECTOR_BYTES // size
+    if shape.n % per_vector:
+        return f"N % {per_vector} != 0: QuACK moves rows in 16-byte vectors (N * {size} bytes must be a multiple of 16)"
+    if shape.stride % per_vector:
+        return f"row stride % {per_vector} != 0: QuACK needs every row to start on a 16-byte boundary"
+    if shape.n * size > QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES:
+        longest = QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES // size
+        return f"N > {longest}: the row must fit in the shared memory of a cluster of {QUACK_MAX_CLUSTER} CTAs"
+    return None
+
+
+def _needs(module: str, package: str) -> None:
+    """Raise Unavailable unless `module` is installed and there is a GPU. Checks the package without
+    importing it, so a machine without a GPU does not pay for the import."""
+    if importlib.util.find_spec(module) is None:
+        raise Unavailable(f"{package} is not installed (pip install {package})")
+    if not torch.cuda.is_available():
+        raise Unavailable("needs a GPU")
+
+
+def _import_failed(package: str, e: Exception) -> Unavailable:
+    """An installed peer that fails to import (a missing dependency, a broken library) is unavailable,
+    with its own error as the reason: the lab goes on without it."""
+    first = f"{e}".splitlines()[0] if f"{e}" else ""
+    return Unavailable(f"{package} is installed but failed to import ({type(e).__name__}: {first})")
+
+
+def build_quack() -> Kernel:
+    _needs("quack", "quack-kernels")
+    try:
+        # The forward function itself: `quack.softmax` wraps it in an autograd Function, which a
+        # forward-only benchmark does not need.
+        from quack.softmax import softmax_fwd
+    except Exception as e:  # any failure inside the optional package makes the peer unavailable
+        raise _import_failed("quack-kernels", e) from e
+    return softmax_fwd
+
+
+def build_liger() -> Kernel:
+    _needs("liger_kernel", "liger-kernel")
+    try:
+        # From the submodule, not `liger_kernel.ops`: the package may swap in another implementation
+        # for the device (its LIGER_KERNEL_IMPL mechanism); the submodule is always the Triton kernel.
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except Exception as e:  # any failure inside the optional package makes the peer unavailable
+        raise _import_failed("liger-kernel", e) from e
+
+    def liger_softmax(x: torch.Tensor) -> torch.Tensor:
+        # Its forward copies a strided x to a contiguous one first (ensure_contiguous): correct for a
+        # row stride larger than N, at the cost of that copy.
+        return LigerSoftmaxFunction.apply(x)
+
+    return liger_softmax
+
+
+COMMON = dict(op="softmax", backend="peer", traffic=Traffic(1, 1), writes_out=False)
+register(Variant(
+    name="peer.quack",
+    description="QuACK softmax_fwd: cluster-split CuTe DSL kernel (rows in shared memory, one online pass)",
+    build=build_quack, shape_reason=quack_shape_reason, **COMMON,
+))
+register(Variant(
+    name="peer.liger",
+    description="Liger-Kernel softmax: Triton single-block kernel (one program per row, row in registers)",
+    build=build_liger, max_n=LIGER_MAX_N,
+    max_n_reason="Liger-Kernel raises past 65536: the row must fit in one program's registers", **COMMON,
+))
