@@ -10,8 +10,11 @@ import torch
 
 from lab.registry import Traffic, Unavailable, Variant, register
 
-FUSED_MAX_N = 65536  # triton_kernels.fused.MAX_N, repeated so listing variants does not import triton
+# Each module's MAX_N, repeated so that listing variants does not import triton (a test keeps them equal).
+FUSED_MAX_N = 65536  # triton_kernels.fused.MAX_N
+MULTIROW_MAX_N = 32768  # triton_kernels.multirow.MAX_N
 FUSED_LIMIT = "the whole row must fit in one program's registers"
+MULTIROW_LIMIT = "the whole row must fit in one program's registers (at N = 65536 they spill on sm_90)"
 
 
 def interpreted() -> bool:
@@ -41,11 +44,11 @@ if interpreted():
 else:
     DTYPES, DTYPE_REASON = (torch.float32, torch.float16, torch.bfloat16), ""
 
-COMMON = dict(
+BASE = dict(
     dtypes=DTYPES, dtype_reason=DTYPE_REASON, op="softmax", backend="triton", writes_out=True,
     runs_on_cpu=interpreted(),
-    traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED_LIMIT,
 )
+COMMON = dict(BASE, traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED_LIMIT)
 register(Variant(
     name="triton.fused",
     description="one program per row, whole row in registers (block = next_power_of_2(N)); the seeds' kernel",
@@ -55,4 +58,20 @@ register(Variant(
     name="triton.persistent",
     description="fused, with a grid of SMs x occupancy (from the compiled kernel) looping over rows",
     build=loader("triton_kernels.persistent", "softmax_persistent"), **COMMON,
+))
+register(Variant(
+    name="triton.multirow",
+    description="several short rows per program: a ROWS x next_power_of_2(N) block of ~16 KB, reduced along rows",
+    build=loader("triton_kernels.multirow", "softmax_multirow"),
+    traffic=Traffic(1, 1), max_n=MULTIROW_MAX_N, max_n_reason=MULTIROW_LIMIT, **BASE,
+))
+register(Variant(
+    name="triton.looped",
+    description="program per row: online (max, sum) over 16 KB chunks, then a write sweep; any N; L2 eviction hints",
+    build=loader("triton_kernels.looped", "softmax_looped"), traffic=Traffic(2, 1), **BASE,
+))
+register(Variant(
+    name="triton.looped_no_hints",
+    description="triton.looped with the L2 eviction hints off: what the hints are worth",
+    build=loader("triton_kernels.looped", "softmax_looped_no_hints"), traffic=Traffic(2, 1), **BASE,
 ))
