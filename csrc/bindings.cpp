@@ -7,12 +7,14 @@
 
 #include <climits>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "lab/cluster.h"
 #include "lab/launch.h"
 
 namespace lab {
@@ -37,7 +39,9 @@ void check_input(const at::Tensor& x, const char* op) {
               ": the last dimension must be contiguous (stride 1), got strides ", x.strides());
 }
 
-void run(RowsLauncher launch, const at::Tensor& x, at::Tensor& out, const char* op) {
+// launch(const RowsArgs&, cudaStream_t) -> cudaError_t: a RowsLauncher, or a lambda around one.
+template <typename Launch>
+void run(Launch&& launch, const at::Tensor& x, at::Tensor& out, const char* op) {
   TORCH_CHECK(out.device() == x.device(), "lab::", op, ": out is on ", out.device(), ", x on ", x.device());
   TORCH_CHECK(out.scalar_type() == x.scalar_type(), "lab::", op, ": out has dtype ", out.scalar_type(),
               ", x has ", x.scalar_type());
@@ -48,6 +52,9 @@ void run(RowsLauncher launch, const at::Tensor& x, at::Tensor& out, const char* 
   const RowsArgs args{x.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
                       x.stride(0),  out.stride(0),  to_lab_dtype(x, op)};
   const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
+  // A refused launch (a runtime call that returned an error) also left that error as the runtime's
+  // "last error": clear it, or the next CUDA call anywhere in the process would report it again.
+  if (err != cudaSuccess) (void)cudaGetLastError();
   // Every argument was checked above, so a launcher's cudaErrorInvalidValue means this variant
   // cannot take the shape (its limits are in the header of csrc/softmax/<op>.cu).
   TORCH_CHECK(err != cudaErrorInvalidValue, "lab::", op, ": rows of ", x.size(1),
@@ -89,6 +96,44 @@ TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
 // message instead of the dispatcher's list of backends.
 TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
 #undef LAB_IMPL_OPS
+
+// Tuning and explaining the cluster variant's launch table (scripts/tune_cluster.py, --explain):
+//   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster) -> Tensor  the resident path with a
+//       given shape index and cluster size (errors when the slice does not fit that shape)
+//   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages] per shape, flattened
+//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster] used for N
+namespace {
+at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster) {
+  lab::check_input(x, "cluster (tuned)");
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  lab::run([&](const lab::RowsArgs& a, cudaStream_t s) {
+        return lab::softmax_cluster_with(a, static_cast<int>(shape), static_cast<int>(cluster), s);
+      }, x, out, "cluster (tuned)");
+  return out;
+}
+
+std::vector<int64_t> tune_cluster_shapes() {
+  const lab::ResidentShape* shapes = nullptr;
+  const int count = lab::cluster_resident_shapes(&shapes);
+  std::vector<int64_t> flat;
+  for (int i = 0; i < count; ++i) flat.insert(flat.end(), {shapes[i].threads, shapes[i].elems, shapes[i].stages});
+  return flat;
+}
+
+std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  const lab::ClusterPlan plan = lab::cluster_plan(cols, lab::to_lab_dtype(probe, "cluster_plan"));
+  return {plan.shape, plan.cluster};
+}
+}  // namespace
+
+TORCH_LIBRARY(lab_tune, m) {
+  m.def("cluster(Tensor x, int shape, int cluster) -> Tensor");
+  m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
+  m.def("cluster_plan(int cols, ScalarType dtype) -> int[]", &tune_cluster_plan);
+}
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("cluster", &tune_cluster); }
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("cluster", &tune_cluster); }
 
 // `import lab._C` loads this library, whose static initializers register the operators above; the
 // module itself is empty, so the library uses the stable Python ABI only.

@@ -5,6 +5,9 @@
 #   bash scripts/h200.sh checks   build, the resource report, the whole pytest suite (GPU tests
 #                                 included) and compute-sanitizer memcheck + racecheck
 #   bash scripts/h200.sh full     lab, then checks
+#   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
+#                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
+#                                 profiles of the points named in PROFILE (profile.txt)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
 # the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (both
@@ -14,7 +17,7 @@ cd "$(dirname "$0")/.."
 MODE=${1:-quick}
 OUT=${OUT:-build/h200}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHON=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHON=${PYTHON:-python3} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # scripts/ import lab
 log="$OUT/checks.txt"
 status=0
 
@@ -41,13 +44,30 @@ checks() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 }
 
+# "variant MxN dtype" triples separated by ';'
+PROFILE=${PROFILE:-"cuda.register_cached 131072x512 bfloat16;cuda.register_cached 16384x4096 bfloat16;cuda.register_cached 4096x16384 bfloat16;cuda.register_cached 2097152x32 bfloat16;cuda.register_cached 131072x512 float32"}
+
+tune() {
+  { rc=0
+    echo "== pytest (cuda.cluster)"; $PYTHON -m pytest -q -p no:cacheprovider -x tests/test_gpu.py -k "${TESTS:-cluster or register_cached}" || rc=1
+    echo "== tune_cluster"; $PYTHON scripts/tune_cluster.py --json "$OUT/tune.json" || rc=1
+    exit $rc
+  } 2>&1 | tee "$OUT/tune.txt" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  IFS=';' read -ra points <<<"$PROFILE"  # PROFILE="" profiles nothing
+  for pt in "${points[@]}"; do
+    echo "== ncu $pt"; bash scripts/profile.sh $pt
+  done 2>&1 | tee "$OUT/profile.txt"
+}
+
 build || exit 1
 case "$MODE" in
   quick) lab --quick; checks ;;
   lab) lab ;;
   checks) checks ;;
   full) lab; checks ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|checks|full"; exit 2 ;;
+  tune) tune ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|checks|full|tune"; exit 2 ;;
 esac
 echo "== done $(date -u), status $status" | tee -a "$log"
 exit $status

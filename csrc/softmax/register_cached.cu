@@ -23,6 +23,7 @@
 // N = 1024 to 4096 reaches 79-80%. The cure is more bytes in flight per SM: a block that loads its
 // next row while it reduces this one, or a row split over a thread-block cluster.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -51,12 +52,15 @@ constexpr RowShape kRowShapes32[] = {  // float32
     {32, 4, 8},     {64, 8, 8},       {128, 16, 8},     {256, 32, 8},     {512, 32, 16},
     {1024, 32, 32}, {2048, 128, 16},  {4096, 256, 16},  {8192, 512, 16},  {16384, 1024, 16},
 };
-// float16 and bfloat16: the same, except that block groups hold twice the elements per thread in
-// half the threads. 16 elements were only 32 bytes in flight per thread, and the 1024-thread block
-// of a 16384-element row fits once per SM: one 32 KB row in flight per SM, measured at 46% of a
-// copy on the H200. 512 threads of 32 elements fit twice.
+// float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
+// threads. With float32's shapes a 16-bit thread loads half the bytes: ncu on the H200 found the
+// warps of bfloat16 N = 32 and 512 stalled on their loads (long scoreboard 10-12 cycles per
+// instruction) at 71-74% of peak DRAM throughput with 16-32 bytes in flight per thread. Block
+// groups: 16 elements were only 32 bytes in flight per thread, and the 1024-thread block of a
+// 16384-element row fits once per SM (one 32 KB row in flight per SM, 46% of a copy); 512 threads
+// of 32 elements fit twice.
 constexpr RowShape kRowShapes16[] = {
-    {32, 4, 8},     {64, 8, 8},       {128, 16, 8},     {256, 32, 8},     {512, 32, 16},
+    {32, 2, 16},    {64, 4, 16},      {128, 8, 16},     {256, 16, 16},    {512, 16, 32},
     {1024, 32, 32}, {2048, 64, 32},   {4096, 128, 32},  {8192, 256, 32},  {16384, 512, 32},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
@@ -65,24 +69,30 @@ template <typename T>
 constexpr const RowShape (&kRowShapes)[kShapes] = sizeof(T) == 4 ? kRowShapes32 : kRowShapes16;
 constexpr int64_t kMaxCols = kRowShapes32[kShapes - 1].max_cols;
 static_assert(kMaxCols == kRowShapes16[kShapes - 1].max_cols, "the same limit in every dtype");
-constexpr int kWarpGroupBlock = 256;  // threads per block when groups are at most a warp
+// Threads per block when groups are at most a warp: 256, or 64 when 256-thread blocks would give
+// fewer than kMinBlocksPerSm blocks per SM (few short rows: more, smaller blocks spread the rows
+// over every SM).
+constexpr int kWarpGroupBlock = 256;
+constexpr int kSmallWarpGroupBlock = 64;
+constexpr int kMinBlocksPerSm = 2;
 
-template <int THREADS_PER_ROW>
-constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : kWarpGroupBlock;
+template <int THREADS_PER_ROW, int WARP_GROUP_BLOCK = kWarpGroupBlock>
+constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WARP_GROUP_BLOCK;
 
-// Registers per thread asked of __launch_bounds__: 1024 resident threads of 64 registers fill the
-// 65536-register file; 64 holds the 32 registers of row data without spilling.
-template <int BLOCK>
-constexpr int kMinBlocks = 1024 / BLOCK > 0 ? 1024 / BLOCK : 1;
+// Resident blocks asked of __launch_bounds__, from the registers a thread needs: ELEMS floats of
+// row data, the next row's raw packs (ELEMS * sizeof(T) / 4 registers) and about 48 for addresses,
+// loop state and reductions. ptxas then has that many registers without spilling.
+template <typename T, int ELEMS, int BLOCK>
+constexpr int kMinBlocks = std::max(1, std::min(32, 65536 / (BLOCK * (ELEMS + ELEMS * int{sizeof(T)} / 4 + 48))));
 
-template <typename T, int THREADS_PER_ROW, int ELEMS>
-__global__ void __launch_bounds__(kBlockThreads<THREADS_PER_ROW>, kMinBlocks<kBlockThreads<THREADS_PER_ROW>>)
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
-  constexpr int kBlock = kBlockThreads<THREADS_PER_ROW>;
+  constexpr int kBlock = BLOCK;
   constexpr int kRowsPerBlock = kBlock / THREADS_PER_ROW;
   constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
   using Reduce = BlockAllReduce<float, kBlock>;
@@ -98,29 +108,44 @@ __global__ void __launch_bounds__(kBlockThreads<THREADS_PER_ROW>, kMinBlocks<kBl
     }
   };
   const int lane = threadIdx.x % THREADS_PER_ROW;
-  for (int64_t first = int64_t{blockIdx.x} * kRowsPerBlock; first < rows;
-       first += int64_t{gridDim.x} * kRowsPerBlock) {
+  const int64_t step = int64_t{gridDim.x} * kRowsPerBlock;
+  // Pack k of this thread holds elements [(lane + k * THREADS_PER_ROW) * K, + K): neighbouring
+  // lanes read neighbouring 16 bytes. The grid is persistent, and the 16-byte packs of a block's
+  // next rows are loaded (raw, into `next`) before this row is reduced and written, so that loads
+  // stay in flight while the row's math runs: ncu on the H200 found the one-row-per-iteration
+  // version stalled on its loads (long scoreboard) at 50-74% of peak DRAM throughput for bfloat16.
+  // A pack that is not whole, or of a misaligned row, is read element by element when it is used.
+  const auto wide_pack = [&](int64_t row, int k) {
+    return row < rows && is_aligned(x + row * x_stride) && (lane + k * THREADS_PER_ROW + 1) * K <= cols;
+  };
+  Pack<T> next[PACKS];
+  const auto prefetch = [&](int64_t row) {
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      if (wide_pack(row, k)) next[k] = reinterpret_cast<const Pack<T>*>(x + row * x_stride)[lane + k * THREADS_PER_ROW];
+    }
+  };
+  prefetch(int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / THREADS_PER_ROW);
+  for (int64_t first = int64_t{blockIdx.x} * kRowsPerBlock; first < rows; first += step) {
     const int64_t row = first + threadIdx.x / THREADS_PER_ROW;
     const bool valid = row < rows;
     const T* xr = x + (valid ? row : 0) * x_stride;
-    const bool wide_in = is_aligned(xr);
 
-    // Pack k of this thread holds elements [(lane + k * THREADS_PER_ROW) * K, + K): neighbouring
-    // lanes read neighbouring 16 bytes. Elements past the row (or of no row) are -inf, which
-    // leaves the max as it is and adds exp(-inf) = 0 to the sum.
+    // Elements past the row (or of no row) are -inf, which leaves the max as it is and adds
+    // exp(-inf) = 0 to the sum.
     float v[PACKS][K];
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = (lane + k * THREADS_PER_ROW) * K;
-      if (valid && wide_in && e0 + K <= cols) {
-        const Pack<T> p = reinterpret_cast<const Pack<T>*>(xr)[e0 / K];
+      if (wide_pack(row, k)) {
 #pragma unroll
-        for (int j = 0; j < K; ++j) v[k][j] = to_float(p.v[j]);
+        for (int j = 0; j < K; ++j) v[k][j] = to_float(next[k].v[j]);
       } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < cols ? to_float(xr[e0 + j]) : -CUDART_INF_F;
       }
     }
+    prefetch(row + step);
 
     float m = MaxOp::identity();
 #pragma unroll
@@ -177,22 +202,40 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
   }
 }
 
+// Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
+// SMs), never more than the row groups.
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+cudaError_t launch(const RowsArgs& a, int sms, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
+  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK>;
+  int per_sm = 0;
+  LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK, 0));
+  const int64_t groups = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(groups, int64_t{std::max(per_sm, 1)} * sms));
+  kernel<<<grid, BLOCK, 0, stream>>>(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
+                                     static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride);
+  LAB_LAUNCH_CHECK();
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t softmax_register_cached(const RowsArgs& a, cudaStream_t stream) {
   if (a.cols > kMaxCols) return cudaErrorInvalidValue;  // see Limits in the header
+  int sms = 0;
+  LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept) {
       constexpr int kThreadsPerRow = decltype(tpr)::value;
-      constexpr int kBlock = kBlockThreads<kThreadsPerRow>;
-      constexpr int kRowsPerBlock = kBlock / kThreadsPerRow;
-      register_cached_softmax_kernel<T, kThreadsPerRow, decltype(ept)::value>
-          <<<row_grid((a.rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlock, 0, stream>>>(
-              static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols), a.x_row_stride,
-              a.y_row_stride);
-      LAB_LAUNCH_CHECK();
-      return cudaSuccess;
+      constexpr int kElems = decltype(ept)::value;
+      if constexpr (kThreadsPerRow <= kWarpSize) {
+        constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
+        if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
+          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock>(a, sms, stream);
+        }
+      }
+      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>>(a, sms, stream);
     });
   });
 }

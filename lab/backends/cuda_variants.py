@@ -24,11 +24,14 @@ def load_extension() -> None:
     _LOADED.append("lab._C")
 
 
-def op_kernel(name: str):
+def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: str = ""):
     def build():
         load_extension()
         if not torch.cuda.is_available():
             raise Unavailable("compiled (lab._C); needs a GPU to run")
+        if min_capability and torch.cuda.get_device_capability() < min_capability:
+            major, minor = min_capability
+            raise Unavailable(f"needs {needs} (compute capability {major}.{minor} or newer)")
         functional = getattr(torch.ops.lab, name).default
         with_out = getattr(torch.ops.lab, name).out
 
@@ -40,12 +43,14 @@ def op_kernel(name: str):
     return build
 
 
-def _register(name: str, traffic: Traffic, description: str, **limits) -> Variant:
+def _register(name: str, traffic: Traffic, description: str, min_capability: tuple[int, int] | None = None,
+              needs: str = "", **limits) -> Variant:
     """Register torch.ops.lab.<name> as the variant cuda.<name>. A row-length limit (max_n,
-    max_n_reason) is the one its launcher enforces; the header of csrc/softmax/<name>.cu says why."""
+    max_n_reason) is the one its launcher enforces; the header of csrc/softmax/<name>.cu says why.
+    min_capability: the GPU generation the kernels need (`needs` says what for)."""
     return register(Variant(
-        op="softmax", name=f"cuda.{name}", backend="cuda", description=description, build=op_kernel(name),
-        traffic=traffic, writes_out=True, **limits,
+        op="softmax", name=f"cuda.{name}", backend="cuda", description=description,
+        build=op_kernel(name, min_capability, needs), traffic=traffic, writes_out=True, **limits,
     ))
 
 
@@ -60,4 +65,8 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("register_cached", Traffic(1, 1),
               "row held in registers (sub-warp/warp per short row, block per medium row): 1 read, 1 write",
               max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
+    _register("cluster", Traffic(1, 1),
+              "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
+              "persistent with cp.async prefetch: 1 read, 1 write (2 reads past 512K elements)",
+              min_capability=(9, 0), needs="thread-block clusters"),
 )}

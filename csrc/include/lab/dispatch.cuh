@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "lab/check.cuh"
 #include "lab/launch.h"
 #include "lab/vec.cuh"
 
@@ -63,6 +64,13 @@ cudaError_t dispatch_threads(int threads, F&& f) {
 // One block per row, blocks striding over rows when there are more rows than a grid may have.
 inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX));
+}
+
+// The current device's number of SMs, for launchers that size their grids by it.
+inline cudaError_t device_sm_count(int* sms) {
+  int device = 0;
+  LAB_CUDA_TRY(cudaGetDevice(&device));
+  return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
 }
 
 inline int elem_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }

@@ -35,7 +35,8 @@ using RowsLauncher = cudaError_t (*)(const RowsArgs&, cudaStream_t);
   X(three_pass)                 \
   X(warp_shuffle)               \
   X(online)                     \
-  X(register_cached)
+  X(register_cached)            \
+  X(cluster)
 
 #define LAB_DECLARE_LAUNCHER(name) cudaError_t softmax_##name(const RowsArgs& args, cudaStream_t stream);
 LAB_SOFTMAX_VARIANTS(LAB_DECLARE_LAUNCHER)

@@ -1,0 +1,469 @@
+// cluster: a row split across a Hopper thread-block cluster, read from HBM once at any length.
+//
+// Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r of the cluster owns the r-th of C
+// equal slices (whole 16-byte packs). Each thread copies its packs of the slice into shared memory
+// with cp.async, moves them to registers as float32, and reduces them to its own online state
+// (m_t, d_t = sum exp(x - m_t)), keeping the exponentials in registers. One block all-reduce merges
+// the threads' states into the CTA's; the C CTA states are exchanged once per row through
+// distributed shared memory (each CTA writes its (m, d) into a slot of every peer, then one
+// cluster barrier); every warp merges the C states into the row's (M, D), and each thread writes
+// y = e * exp(m_t - M) / D from its registers. One exponential per element.
+// Persistent: the grid holds as many clusters as can be resident (cudaOccupancyMaxActiveClusters)
+// and each loops over rows. A thread's packs live in its own shared-memory slots, so as soon as it
+// has moved a row into registers it starts the copy of a later row into the same slots (STAGES
+// rows ahead): the next rows are in flight while this one is reduced, exchanged and written.
+// HBM sweeps per row: 1 read of x, 1 write of y, whatever the row length: the bytes of a copy.
+// Launch: (threads, elements per thread, stages) from kResidentShapes by dtype and N; the cluster
+// size is the fewest CTAs whose registers hold the row. Cluster sizes above 8 use the
+// non-portable cluster size attribute.
+// Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements) or whose starts are not
+// 16-byte aligned take the streaming path: the same cluster split, but each CTA sweeps its slice
+// twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
+// mostly from L2 because a slice was read moments before.
+// Limits: any rows (64-bit offsets), 1 <= N <= 2^31 - 1, any row strides; sm_90 or newer (the
+// launcher returns cudaErrorInvalidDeviceFunction elsewhere, through the bindings' error).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include <cooperative_groups.h>
+#include <math_constants.h>
+
+#include "lab/check.cuh"
+#include "lab/cluster.h"
+#include "lab/dispatch.cuh"
+#include "lab/launch.h"
+#include "lab/online.cuh"
+#include "lab/reduce.cuh"
+#include "lab/vec.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace lab {
+namespace {
+
+constexpr int kMaxCluster = 16;  // the largest cluster Hopper launches (non-portable above 8)
+
+// The resident path's CTA shapes (threads, float32 registers of row data per thread, rows staged
+// ahead). Each is compiled for every dtype; kPlan32 and kPlan16 pick among them.
+constexpr ResidentShape kResidentShapes[] = {
+    {128, 32, 1}, {128, 32, 2}, {256, 16, 1}, {256, 16, 2}, {256, 32, 1}, {256, 32, 2},
+    {256, 64, 1}, {256, 64, 2}, {512, 32, 1}, {512, 32, 2}, {512, 64, 1}, {512, 64, 2},
+};
+constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
+
+// The launch table by row length: the first entry whose max_cols covers the row. Rows longer than
+// the last entry take the streaming path.
+struct PlanEntry {
+  int64_t max_cols;
+  int shape;  // index into kResidentShapes
+  int cluster;
+};
+constexpr PlanEntry kPlan32[] = {  // float32
+    {4096, 3, 1}, {8192, 5, 1}, {16384, 5, 2}, {32768, 5, 4}, {65536, 5, 8}, {131072, 5, 16},
+    {262144, 6, 16}, {524288, 10, 16},
+};
+constexpr PlanEntry kPlan16[] = {  // float16, bfloat16
+    {4096, 3, 1}, {8192, 5, 1}, {16384, 5, 2}, {32768, 5, 4}, {65536, 5, 8}, {131072, 5, 16},
+    {262144, 7, 16}, {524288, 11, 16},
+};
+
+// Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers.
+template <size_t N>
+constexpr bool plan_fits(const PlanEntry (&plan)[N]) {
+  for (const PlanEntry& e : plan) {
+    const ResidentShape& s = kResidentShapes[e.shape];
+    if (e.cluster > kMaxCluster || e.max_cols > int64_t{e.cluster} * s.threads * s.elems) return false;
+  }
+  return true;
+}
+static_assert(plan_fits(kPlan32) && plan_fits(kPlan16), "a plan entry's slice exceeds its shape's registers");
+
+// --- cp.async: 16-byte global -> shared copies that complete asynchronously ----------------------
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  // Copies src_bytes (<= 16) and zero-fills the rest of the 16 bytes: the tail pack of a row
+  // never reads past the row. .cg: cached in L2 only, the data is used once.
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// The value of v, which the compiler may not assume it knows: conditions on it are evaluated where
+// they are used instead of being hoisted out of the row loop and kept live in registers.
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+
+// --- the exchange: every warp's (m, d) to every CTA of the cluster, once per row ------------------
+//
+// Each warp reduces its threads' states, then lane r of every warp stores the warp's state into
+// CTA r's slots with st.async, which completes on CTA r's mbarrier (counting bytes). A CTA waits on
+// its own mbarrier for all warps x cluster states, then each warp merges them. No CTA or cluster
+// barrier per row, no fence on the global stores in flight: a CTA waits only for the bytes it needs.
+// Two slot sets and mbarriers alternate by row parity. Reuse is safe: a warp sends row i + 2's state
+// only after its wait for row i + 1 returned, which needs every warp of every CTA to have sent row
+// i + 1's state, which each does only after it read row i's slots.
+
+constexpr int kMaxWarps = 16;  // 512 threads
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+struct Exchange {
+  uint64_t bar[2];
+  MaxSum slots[2][kMaxCluster * kMaxWarps];  // [parity][rank * warps + warp]
+};
+
+// Before the row loop, by every thread: the mbarriers are set up and visible to the cluster before
+// any peer can send.
+__device__ __forceinline__ void exchange_init(Exchange& ex, cg::cluster_group& cluster) {
+  if (threadIdx.x == 0) {
+    for (int p = 0; p < 2; ++p) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&ex.bar[p])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  cluster.sync();
+}
+
+// The warp's state from its threads' states, taking the max first so that each thread's sum is
+// rescaled by a single exponential. A state whose max is -inf holds only -inf (d = 0) or a NaN
+// (d = NaN): its d is added as it is, since exp(-inf - -inf) would turn a 0 into NaN.
+__device__ __forceinline__ MaxSum warp_state(MaxSum s) {
+  const float m = warp_allreduce(s.m, MaxOp{});
+  const float term = s.m == -CUDART_INF_F ? s.d : s.d * __expf(s.m - m);
+  return {m, warp_allreduce(term, SumOp{})};
+}
+
+// The row's state from this thread's state: warp reduction, exchange, merge. `row_index` counts
+// the rows this CTA has done (it picks the slot set and the mbarrier phase).
+template <int WARPS>
+__device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex, int row_index, int c,
+                                               unsigned rank) {
+  constexpr int kStates = WARPS * kMaxCluster;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int parity = row_index & 1;
+  const unsigned phase = static_cast<unsigned>(row_index >> 1) & 1u;
+  const MaxSum w = warp_state(thread_state);
+  const unsigned bar = smem_u32(&ex.bar[parity]);
+  if (threadIdx.x == 0) {  // this CTA expects warps x cluster states of 8 bytes
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(static_cast<unsigned>(WARPS * c * sizeof(MaxSum)))
+                 : "memory");
+  }
+  if (lane < c) {
+    unsigned slot = smem_u32(&ex.slots[parity][rank * WARPS + warp]);
+    unsigned peer_bar = bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(slot) : "r"(lane));
+    asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(peer_bar) : "r"(lane));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(slot),
+                 "f"(w.m), "f"(w.d), "r"(peer_bar)
+                 : "memory");
+  }
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+  } while (!done);
+  // Each lane merges the states i = lane, lane + 32, ... of the WARPS x c received.
+  const int n = WARPS * c;
+  MaxSum s = MaxSumMerge::identity();
+#pragma unroll
+  for (int i = 0; i < (kStates + kWarpSize - 1) / kWarpSize; ++i) {
+    const int k = lane + i * kWarpSize;
+    if (k < n) s = MaxSumMerge{}(s, ex.slots[parity][k]);
+  }
+  return warp_state(s);
+}
+
+// After the row loop: no CTA exits while a peer may still send into it.
+__device__ __forceinline__ void exchange_finish(cg::cluster_group& cluster) { cluster.sync(); }
+
+// --- the resident path: the CTA's slice held in registers ----------------------------------------
+
+// Registers asked of __launch_bounds__: the ELEMS floats of row data plus about 40 for addresses,
+// loop state and the reductions, so that ptxas neither spills nor caps residency lower than needed.
+template <int THREADS, int ELEMS>
+constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (ELEMS + 40)));
+
+template <typename T, int THREADS, int ELEMS, int STAGES>
+__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
+    cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
+                                    int64_t x_stride, int64_t y_stride, int slice_packs) {
+  constexpr int K = kPack<T>;
+  constexpr int PACKS = ELEMS / K;
+  static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
+  constexpr int kWarps = THREADS / kWarpSize;
+  static_assert(kWarps <= kMaxWarps, "the exchange has slots for kMaxWarps warps per CTA");
+  __shared__ Exchange ex;
+  // [STAGES][PACKS][THREADS] packs: each thread's own slots (one untyped buffer for all instances).
+  extern __shared__ __align__(kVecBytes) unsigned char dynamic_smem[];
+  Pack<T>* staged = reinterpret_cast<Pack<T>*>(dynamic_smem);
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int c = static_cast<int>(cluster.num_blocks());
+  const int64_t first_row = blockIdx.x / c;
+  const int64_t row_step = gridDim.x / c;
+  const int row_packs = (cols + K - 1) / K;
+  const int p0 = static_cast<int>(cluster.block_rank()) * slice_packs;  // this CTA's first pack
+  const int p1 = min(p0 + slice_packs, row_packs);
+  const int tid = threadIdx.x;
+  // This thread's packs are p0 + tid + k * THREADS for k < PACKS: neighbouring threads copy
+  // neighbouring 16 bytes. The first `held` of them are in the row; only the row's last pack can
+  // be partial. Each thread reads back only the slots it filled itself, so its own
+  // cp.async.wait_group is all the synchronization the staging needs.
+  const int held = p1 > p0 + tid ? min(PACKS, (p1 - p0 - tid + THREADS - 1) / THREADS) : 0;
+  const int tail = cols % K;  // elements in the row's partial last pack, 0 if it is whole
+  Pack<T>* const mine = staged + tid;
+  // The slots of packs past the row hold -inf for good (no copy ever lands there), so the loads
+  // below need no predicate: -inf leaves the max as it is and adds exp(-inf) = 0 to the sum.
+  Pack<T> minus_inf;
+#pragma unroll
+  for (int j = 0; j < K; ++j) minus_inf.v[j] = from_float<T>(-CUDART_INF_F);
+  for (int i = held; i < PACKS; ++i) {
+    for (int s = 0; s < STAGES; ++s) mine[(s * PACKS + i) * THREADS] = minus_inf;
+  }
+  // The owner of a partial last pack sets its zero-filled tail to -inf after each copy lands.
+  const int tail_k = tail != 0 && held > 0 && p0 + tid + (held - 1) * THREADS == row_packs - 1 ? held - 1 : -1;
+
+  const auto fetch = [&](int64_t row, int stage) {
+    if (row < rows) {
+      const T* xr = x + row * x_stride + int64_t{p0 + tid} * K;
+      // Re-read per row: per-pack predicates hoisted out of the row loop would each hold a register.
+      const int n = opaque(held), tk = opaque(tail_k);
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        if (k < n) {
+          const int bytes = k == tk ? tail * static_cast<int>(sizeof(T)) : kVecBytes;
+          cp_async_16(&mine[(stage * PACKS + k) * THREADS], xr + int64_t{k} * THREADS * K, bytes);
+        }
+      }
+    }
+    cp_async_commit();  // one group per row, empty past the last row: the wait count stays uniform
+  };
+
+  exchange_init(ex, cluster);
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) fetch(first_row + s * row_step, s);
+
+  int stage = 0;
+  int row_index = 0;
+  for (int64_t row = first_row; row < rows; row += row_step, ++row_index) {
+    cp_async_wait<STAGES - 1>();  // this row's group has landed; later rows may be in flight
+    if (tail_k >= 0) {
+      T* last = mine[(stage * PACKS + tail_k) * THREADS].v;
+      for (int j = tail; j < K; ++j) last[j] = from_float<T>(-CUDART_INF_F);
+    }
+    float v[PACKS][K];
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const Pack<T> pk = mine[(stage * PACKS + k) * THREADS];
+#pragma unroll
+      for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+    }
+    float m = MaxOp::identity();
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+#pragma unroll
+      for (int j = 0; j < K; ++j) m = fmaxf(m, v[k][j]);
+    }
+    // The slots' values are in registers now (the max used them all): refill them with a later row.
+    fetch(row + STAGES * row_step, stage);
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
+
+    // Exponentials relative to this thread's max; a thread that saw only -inf (or NaN, which
+    // fmaxf skips) uses 0, so -inf gives 0 and NaN stays NaN and poisons d.
+    const float shift = m == -CUDART_INF_F ? 0.0f : m;
+    float d = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        v[k][j] = __expf(v[k][j] - shift);
+        d += v[k][j];
+      }
+    }
+    const MaxSum total = exchange_row<kWarps>(MaxSum{m, d}, ex, row_index, c, cluster.block_rank());
+
+    // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,
+    // which is 0, or NaN when the whole row is -inf (D = 0) as in torch.
+    const float factor = (m == -CUDART_INF_F ? 0.0f : __expf(m - total.m)) / total.d;
+    T* yr = y + row * y_stride + int64_t{p0 + tid} * K;
+    const int n = opaque(held), tk = opaque(tail_k);
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      if (k >= n) continue;
+      Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * factor);
+      if (k != tk) {
+        *reinterpret_cast<Pack<T>*>(yr + k * THREADS * K) = out;
+      } else {
+        for (int j = 0; j < tail; ++j) yr[k * THREADS * K + j] = out.v[j];
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may land in shared memory after the CTA has exited
+  exchange_finish(cluster);
+}
+
+// --- the streaming path: rows beyond the registers of 16 CTAs, or misaligned rows ----------------
+
+constexpr int kStreamThreads = 512;
+constexpr int kStreamUnroll = 4;  // 4 x 16 bytes in flight per thread in each sweep
+
+template <typename T>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    cluster_streaming_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
+                                     int64_t x_stride, int64_t y_stride, int slice_cols) {
+  __shared__ Exchange ex;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int c = static_cast<int>(cluster.num_blocks());
+  const int c0 = static_cast<int>(cluster.block_rank()) * slice_cols;
+  const int n = max(0, min(slice_cols, cols - c0));
+  exchange_init(ex, cluster);
+  int row_index = 0;
+  for (int64_t row = blockIdx.x / c; row < rows; row += gridDim.x / c, ++row_index) {
+    const T* xr = x + row * x_stride + c0;
+    T* yr = y + row * y_stride + c0;
+    MaxSum s = MaxSumMerge::identity();
+    row_for_each<kStreamThreads, kStreamUnroll>(xr, n, [&](const auto& v) { s = absorb(s, v); });
+    s = exchange_row<kStreamThreads / kWarpSize>(s, ex, row_index, c, cluster.block_rank());
+    const float m = s.m;
+    const float inv_d = 1.0f / s.d;
+    row_transform<kStreamThreads, kStreamUnroll>(xr, yr, n, [&](float e) { return __expf(e - m) * inv_d; });
+  }
+}
+
+// --- launch ---------------------------------------------------------------------------------------
+
+template <typename Kernel, typename... Args>
+cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, int64_t rows, cudaStream_t stream,
+                            Args... args) {
+  LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  // Persistent grid: as many clusters as fit at once, each looping over rows (never more than
+  // the rows). A shape that cannot be resident at all is refused rather than launched.
+  int resident = 0;
+  LAB_CUDA_TRY(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
+  if (resident < 1) return cudaErrorInvalidConfiguration;
+  const int64_t clusters = std::min<int64_t>(rows, resident);
+  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));
+  LAB_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
+  return cudaSuccess;
+}
+
+bool rows_aligned(const RowsArgs& a) {
+  const int64_t bytes = elem_bytes(a.dtype);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; };
+  return aligned(a.x) && aligned(a.y) && (a.x_row_stride * bytes) % kVecBytes == 0 &&
+         (a.y_row_stride * bytes) % kVecBytes == 0;
+}
+
+template <typename T, int THREADS, int ELEMS, int STAGES>
+cudaError_t launch_resident(const RowsArgs& a, int cluster, cudaStream_t stream) {
+  constexpr int K = kPack<T>;
+  const int64_t row_packs = (a.cols + K - 1) / K;
+  const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
+  if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
+  const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
+  return launch_clusters(cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES>, cluster, THREADS, smem,
+                         a.rows, stream, static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
+                         static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride, slice_packs);
+}
+
+// The streaming path's cluster: enough CTAs that each slice is at most 64K elements, 16 at most.
+int streaming_cluster(int64_t cols) {
+  constexpr int64_t kSliceTarget = 65536;
+  return static_cast<int>(std::clamp<int64_t>((cols + kSliceTarget - 1) / kSliceTarget, 1, kMaxCluster));
+}
+
+// Slices are whole packs, so that every CTA's slice starts as aligned as the row does.
+template <typename T>
+cudaError_t launch_streaming(const RowsArgs& a, cudaStream_t stream) {
+  const int cluster = streaming_cluster(a.cols);
+  constexpr int K = kPack<T>;
+  const int64_t slice = ((a.cols + cluster - 1) / cluster + K - 1) / K * K;
+  return launch_clusters(cluster_streaming_softmax_kernel<T>, cluster, kStreamThreads, 0, a.rows, stream,
+                         static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),
+                         a.x_row_stride, a.y_row_stride, static_cast<int>(slice));
+}
+
+// Calls f(shape-index constant) for the resident shape `index`: only the table's shapes are compiled.
+template <int I = 0, typename F>
+cudaError_t dispatch_resident_shape(int index, F&& f) {
+  if constexpr (I == kResidentShapeCount) {
+    return cudaErrorInvalidValue;
+  } else {
+    if (index == I) return f(std::integral_constant<int, I>{});
+    return dispatch_resident_shape<I + 1>(index, f);
+  }
+}
+
+template <typename T>
+cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, cudaStream_t stream) {
+  return dispatch_resident_shape(index, [&](auto i) {
+    constexpr ResidentShape s = kResidentShapes[decltype(i)::value];
+    return launch_resident<T, s.threads, s.elems, s.stages>(a, cluster, stream);
+  });
+}
+
+}  // namespace
+
+int cluster_resident_shapes(const ResidentShape** shapes) {
+  *shapes = kResidentShapes;
+  return kResidentShapeCount;
+}
+
+ClusterPlan cluster_plan(int64_t cols, DType dtype) {
+  const auto pick = [cols](const auto& plan) {
+    for (const PlanEntry& e : plan) {
+      if (cols <= e.max_cols) return ClusterPlan{e.shape, e.cluster};
+    }
+    return ClusterPlan{-1, streaming_cluster(cols)};
+  };
+  return dtype == DType::kFloat32 ? pick(kPlan32) : pick(kPlan16);
+}
+
+cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
+  const ClusterPlan plan = cluster_plan(a.cols, a.dtype);
+  return dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (plan.shape < 0 || !rows_aligned(a)) return launch_streaming<T>(a, stream);
+    return launch_resident_index<T>(a, plan.shape, plan.cluster, stream);
+  });
+}
+
+cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, cudaStream_t stream) {
+  if (shape < 0 || shape >= kResidentShapeCount || cluster < 1 || cluster > kMaxCluster || !rows_aligned(a)) {
+    return cudaErrorInvalidValue;
+  }
+  return dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_resident_index<T>(a, shape, cluster, stream);
+  });
+}
+
+}  // namespace lab

@@ -1,0 +1,121 @@
+"""Measure every launch shape of cuda.cluster at the sweeps' row lengths, to choose its launch table.
+
+For each dtype and each row length of the fixed and tutorial sweeps (at the sweep's M), every
+resident CTA shape (threads, float32 registers per thread, rows staged ahead) compiled into lab._C
+is tried with every cluster size whose slice fits the shape's registers and fills at least a
+quarter of them. Each configuration is checked against float64 before it is timed (median of
+do_bench, L2 flushed), like the lab's own variants. Prints, per point, the best configuration, the
+one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
+writes every measurement as JSON.
+
+    python scripts/tune_cluster.py [--dtype bfloat16] [--min-n 1024] [--json tune.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+from lab import bench, check, inputs
+from lab.backends.cuda_variants import load_extension
+from lab.registry import dtype_name
+
+CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def points(min_n: int) -> list[tuple[str, inputs.Shape]]:
+    return [(sweep, s) for sweep in ("fixed", "tutorial") for s in inputs.SWEEPS[sweep] if s.n >= min_n]
+
+
+def candidates(n: int, dtype: torch.dtype, shapes: list[tuple[int, int, int]]):
+    """(shape index, cluster) pairs whose slice fits the shape and uses at least a quarter of it."""
+    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    for i, (threads, elems, _) in enumerate(shapes):
+        for c in CLUSTERS:
+            slice_elems = math.ceil(math.ceil(n / pack) / c) * pack
+            if slice_elems <= threads * elems and 4 * slice_elems >= threads * elems:
+                yield i, c
+
+
+def describe(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']} {c['pct_copy']:.1f}%"
+
+
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list) -> dict:
+    """Every candidate configuration at one point, checked then timed, with references for scale."""
+    tuned = torch.ops.lab_tune.cluster
+    x = inputs.make_input(shape, dtype, "cuda")
+    ref = check.reference(x)
+    nbytes = bench.moved_bytes(shape.m, shape.n, dtype)
+    copy = bench.gbps(nbytes, bench.copy_ceiling(shape.m * shape.n, dtype, x.device).median_ms)
+    row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
+           "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype)), "configs": []}
+    for i, c in candidates(shape.n, dtype, shapes):
+        cfg = {"shape": i, "threads": shapes[i][0], "elems": shapes[i][1], "stages": shapes[i][2], "cluster": c}
+        row["configs"].append(cfg)
+
+        def run(t: torch.Tensor, i: int = i, c: int = c) -> torch.Tensor:
+            return tuned(t, i, c)
+
+        res = check.check(run, x, False, ref)
+        if not res.ok:  # a configuration the GPU refuses (shared memory, occupancy) or a wrong result
+            cfg["error"] = res.summary()
+            continue
+        t = bench.time_gpu(lambda run=run: run(x), rep_ms=50)
+        cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
+        cfg["pct_copy"] = 100 * cfg["gbps"] / copy
+    refs = {"torch.softmax": lambda: torch.softmax(x, -1)}
+    if shape.n <= 16384:
+        refs["cuda.register_cached"] = lambda: torch.ops.lab.register_cached(x)
+    for name, fn in refs.items():
+        row[name] = 100 * bench.gbps(nbytes, bench.time_gpu(fn, rep_ms=50).median_ms) / copy
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--min-n", type=int, default=32)
+    p.add_argument("--json", help="write every measurement here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("tune_cluster: needs a CUDA GPU")
+    load_extension()
+    flat = list(torch.ops.lab_tune.cluster_shapes())
+    shapes = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+    records = []
+    start = time.perf_counter()
+    for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
+        for sweep, shape in points(args.min_n):
+            row = measure_point(sweep, shape, dtype, shapes)
+            records.append(row)
+            ok = [c for c in row["configs"] if "gbps" in c]
+            best = max(ok, key=lambda c: c["gbps"], default=None)
+            planned = next((c for c in ok if [c["shape"], c["cluster"]] == row["plan"]), None)
+            wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
+            print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<26} "
+                  f"plan {describe(planned):<26} register_cached {row.get('cuda.register_cached', math.nan):5.1f}% "
+                  f"torch {row['torch.softmax']:5.1f}%"
+                  + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
+    print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+    wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
+    return 1 if wrong else 0
+
+
+def describe_error(c: dict) -> str:
+    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']}: {c['error']}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
