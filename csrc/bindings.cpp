@@ -14,7 +14,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "lab/cluster.h"
+#include "lab/tune.h"
 #include "lab/launch.h"
 
 namespace lab {
@@ -83,7 +83,11 @@ struct Op {
 #define LAB_DEFINE_OPS(name)                                                                        \
   m.def(#name "(Tensor x) -> Tensor");                                                              \
   m.def(#name ".out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
-TORCH_LIBRARY(lab, m) { LAB_SOFTMAX_VARIANTS(LAB_DEFINE_OPS) }
+// torch.ops.lab.softmax (and .out): auto, the dispatching entry (csrc/softmax/auto.cu).
+TORCH_LIBRARY(lab, m) {
+  LAB_SOFTMAX_VARIANTS(LAB_DEFINE_OPS)
+  LAB_DEFINE_OPS(softmax)
+}
 #undef LAB_DEFINE_OPS
 
 #define LAB_IMPL_OPS(name)                                                                          \
@@ -91,25 +95,53 @@ TORCH_LIBRARY(lab, m) { LAB_SOFTMAX_VARIANTS(LAB_DEFINE_OPS) }
   m.impl(#name ".out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                    \
     return lab::Op<lab::softmax_##name>::with_out(x, out, #name);                                   \
   });
-TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
+#define LAB_IMPL_AUTO                                                                              \
+  m.impl("softmax", [](const at::Tensor& x) { return lab::Op<lab::softmax_auto>::functional(x, "softmax"); }); \
+  m.impl("softmax.out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                  \
+    return lab::Op<lab::softmax_auto>::with_out(x, out, "softmax");                                 \
+  });
+TORCH_LIBRARY_IMPL(lab, CUDA, m) {
+  LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS)
+  LAB_IMPL_AUTO
+}
 // On CPU tensors the same entry points run their validation, which rejects them with a clear
 // message instead of the dispatcher's list of backends.
-TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS) }
+TORCH_LIBRARY_IMPL(lab, CPU, m) {
+  LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS)
+  LAB_IMPL_AUTO
+}
+#undef LAB_IMPL_AUTO
 #undef LAB_IMPL_OPS
 
 // Tuning and explaining the cluster variant's launch table (scripts/tune_cluster.py, --explain):
-//   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster) -> Tensor  the resident path with a
-//       given shape index and cluster size (errors when the slice does not fit that shape)
+//   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor
+//       the resident path with a given shape index and cluster size (errors when the slice does not
+//       fit that shape), on a persistent grid or one cluster per row
+//   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages] per shape, flattened
-//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster] used for N
+//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster, persistent]
+//   torch.ops.lab_tune.set_auto_table(str[] names, int[] flat)  auto's dispatch table (lab/dispatch.py)
+//   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
+//       "default rule"]
 namespace {
-at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster) {
-  lab::check_input(x, "cluster (tuned)");
+template <typename Launch>
+at::Tensor tuned(const at::Tensor& x, const char* op, Launch&& launch) {
+  lab::check_input(x, op);
   at::Tensor out = at::empty(x.sizes(), x.options());
-  lab::run([&](const lab::RowsArgs& a, cudaStream_t s) {
-        return lab::softmax_cluster_with(a, static_cast<int>(shape), static_cast<int>(cluster), s);
-      }, x, out, "cluster (tuned)");
+  lab::run(launch, x, out, op);
   return out;
+}
+
+at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster, bool persistent) {
+  return tuned(x, "cluster (tuned)", [&](const lab::RowsArgs& a, cudaStream_t s) {
+    return lab::softmax_cluster_with(a, static_cast<int>(shape), static_cast<int>(cluster), persistent, s);
+  });
+}
+
+at::Tensor tune_register_cached(const at::Tensor& x, bool persistent) {
+  return tuned(x, "register_cached (tuned)", [&](const lab::RowsArgs& a, cudaStream_t s) {
+    return lab::softmax_register_cached_with(a, persistent ? 1 : 0, s);
+  });
 }
 
 std::vector<int64_t> tune_cluster_shapes() {
@@ -120,20 +152,41 @@ std::vector<int64_t> tune_cluster_shapes() {
   return flat;
 }
 
+void tune_set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat) {
+  std::string error;
+  TORCH_CHECK(lab::set_auto_table(names, flat, &error), "lab_tune::set_auto_table: ", error);
+}
+
+std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  bool from_table = false;
+  const std::string name = lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), &from_table);
+  return {name, from_table ? "table" : "default rule"};
+}
+
 std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   const lab::ClusterPlan plan = lab::cluster_plan(cols, lab::to_lab_dtype(probe, "cluster_plan"));
-  return {plan.shape, plan.cluster};
+  return {plan.shape, plan.cluster, plan.persistent ? 1 : 0};
 }
 }  // namespace
 
 TORCH_LIBRARY(lab_tune, m) {
-  m.def("cluster(Tensor x, int shape, int cluster) -> Tensor");
+  m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor");
+  m.def("register_cached(Tensor x, bool persistent) -> Tensor");
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
   m.def("cluster_plan(int cols, ScalarType dtype) -> int[]", &tune_cluster_plan);
+  m.def("set_auto_table(str[] names, int[] flat) -> ()", &tune_set_auto_table);
+  m.def("auto_choice(int rows, int cols, ScalarType dtype) -> str[]", &tune_auto_choice);
 }
-TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("cluster", &tune_cluster); }
-TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("cluster", &tune_cluster); }
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {
+  m.impl("cluster", &tune_cluster);
+  m.impl("register_cached", &tune_register_cached);
+}
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
+  m.impl("cluster", &tune_cluster);
+  m.impl("register_cached", &tune_register_cached);
+}
 
 // `import lab._C` loads this library, whose static initializers register the operators above; the
 // module itself is empty, so the library uses the stable Python ABI only.

@@ -65,6 +65,9 @@ class Variant:
     per_shape: bool = False
     """`build` must be called again for each new shape and dtype (e.g. torch.compile)."""
     runs_on_cpu: bool = False
+    prepare: Callable[[list], None] | None = None
+    """Called by the lab's runner with this run's results so far (report.Result records) before the
+    variant is checked and timed at a point: cuda.auto builds its dispatch table from them."""
     """Runs on CPU tensors (the torch variants; Triton ones under TRITON_INTERPRET=1)."""
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 

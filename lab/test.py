@@ -1,6 +1,6 @@
 """python -m lab.test: check every softmax variant against float64, then benchmark the ones that pass.
 
-With a GPU: both sweeps of BENCHMARKS.md (fixed, tutorial) in float32 and bfloat16, results saved
+With a GPU: both sweeps (fixed: M*N = 64Mi elements; tutorial: M = 4096) in float32 and bfloat16, results saved
 under results/<gpu>/ (JSON, CSV, markdown report, plots). Without one: the torch variants on the
 CPU and the Triton kernels under TRITON_INTERPRET=1 on small shapes; CUDA variants are listed as
 compiled but needing a GPU.
@@ -23,7 +23,7 @@ if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from lab import bench, check, inputs, report  # noqa: E402
+from lab import bench, check, dispatch, inputs, report  # noqa: E402
 from lab.env import ROOT, clocks_under_load, environment  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 
@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few shapes only (the quick sweep; cpu without a GPU)")
     p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
     p.add_argument("--list", action="store_true", help="list the variants and whether they can run here")
+    p.add_argument("--explain", metavar="MxN", type=inputs.Shape.parse,
+                   help="say which CUDA variant torch.ops.lab.softmax (cuda.auto) runs for this shape, and why")
     p.add_argument("--resources", action="store_true",
                    help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
     p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU)")
@@ -190,7 +192,11 @@ def run_sweeps(runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]], d
             x = inputs.make_input(shape, dtype, device, args.seed)
             ref = check.reference(x)
             copy = None if args.check_only else bench.copy_ceiling(shape.m * shape.n, dtype, device)
-            point = [measure_point(r, sweep, shape, x, ref, copy, device, not args.check_only) for r in runnable]
+            point: list[report.Result] = []
+            for r in runnable:
+                if r.variant.prepare is not None:
+                    r.variant.prepare(results + point)  # e.g. cuda.auto's table from this run so far
+                point.append(measure_point(r, sweep, shape, x, ref, copy, device, not args.check_only))
             base = next((p for p in point if p.variant == BASELINE and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
@@ -235,6 +241,9 @@ def save(results: list[report.Result], env: dict, out: Path, args: argparse.Name
         "cuda_resources": [k.as_dict() for k in kernels],
     }
     report.write_json(results, env, extra, out / "results.json")
+    if any(r.variant == dispatch.AUTO and r.status == "ok" for r in results):
+        dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), f"{out.name}/results.json at commit "
+                                           f"{env['commit']}"), out / dispatch.FILENAME)
     report.write_csv(results, out / "results.csv")
     md = [f"# softmax-lab results: {env.get('gpu', 'CPU')}", "",
           f"Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
@@ -278,11 +287,28 @@ def print_resources() -> list:
     return ks
 
 
+def explain(shape: inputs.Shape, dtype_names: list[str] | None) -> int:
+    from lab.backends.cuda_variants import load_extension
+
+    try:
+        load_extension()
+    except Unavailable as e:
+        log(f"--explain needs the extension: {e}")
+        return 1
+    where = torch.cuda.get_device_name(0) if HAS_GPU else "no GPU here (the table is per GPU model)"
+    log(f"torch.ops.lab.softmax (cuda.auto) on {where}")
+    for dtype in dict.fromkeys(DTYPES[d] for d in (dtype_names or ["float32", "bfloat16"])):
+        log("\n".join(dispatch.explain(shape.m, shape.n, dtype)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.resources:
         ks = print_resources()
         return 1 if not ks or any(k.spills for k in ks) else 0
+    if args.explain:
+        return explain(args.explain, args.dtype)
     device = torch.device("cuda" if HAS_GPU else "cpu")
     if not HAS_GPU:
         # One thread: the CPU timings of small tensors are otherwise dominated by thread wake-ups.

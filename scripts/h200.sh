@@ -10,7 +10,7 @@
 #                                 profiles of the points named in PROFILE (profile.txt)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
-# the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (both
+# the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
 # tools' full output): 8 files in all, the most the device tool returns. Copy them to results/h200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,7 @@ checks() {
     echo "== resources"; $PYTHON -m lab.test --resources | tail -1
     echo "== pytest"; $PYTHON -m pytest -q -p no:cacheprovider -rfEs --durations=5 || rc=1
     echo "== compute-sanitizer"; bash scripts/sanitize.sh build/sanitizer || rc=1
-    cat build/sanitizer/memcheck.log build/sanitizer/racecheck.log >"$OUT/sanitizer.log"
+    cat build/sanitizer/memcheck.log build/sanitizer/racecheck.log build/sanitizer/synccheck.log >"$OUT/sanitizer.log"
     exit $rc
   } 2>&1 | tee -a "$log" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -46,7 +46,8 @@ def candidates(n: int, dtype: torch.dtype, shapes: list[tuple[int, int, int]]):
 def describe(c: dict | None) -> str:
     if c is None:
         return "-"
-    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']} {c['pct_copy']:.1f}%"
+    kind = "p" if c["persistent"] else "n"
+    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']}{kind} {c['pct_copy']:.1f}%"
 
 
 def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list) -> dict:
@@ -59,22 +60,25 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype)), "configs": []}
     for i, c in candidates(shape.n, dtype, shapes):
-        cfg = {"shape": i, "threads": shapes[i][0], "elems": shapes[i][1], "stages": shapes[i][2], "cluster": c}
-        row["configs"].append(cfg)
+        for persistent in (True, False):
+            cfg = {"shape": i, "threads": shapes[i][0], "elems": shapes[i][1], "stages": shapes[i][2],
+                   "cluster": c, "persistent": persistent}
+            row["configs"].append(cfg)
 
-        def run(t: torch.Tensor, i: int = i, c: int = c) -> torch.Tensor:
-            return tuned(t, i, c)
+            def run(t: torch.Tensor, i: int = i, c: int = c, p: bool = persistent) -> torch.Tensor:
+                return tuned(t, i, c, p)
 
-        res = check.check(run, x, False, ref)
-        if not res.ok:  # a configuration the GPU refuses (shared memory, occupancy) or a wrong result
-            cfg["error"] = res.summary()
-            continue
-        t = bench.time_gpu(lambda run=run: run(x), rep_ms=50)
-        cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
-        cfg["pct_copy"] = 100 * cfg["gbps"] / copy
+            res = check.check(run, x, False, ref)
+            if not res.ok:  # a configuration the GPU refuses (shared memory, occupancy) or a wrong result
+                cfg["error"] = res.summary()
+                continue
+            t = bench.time_gpu(lambda run=run: run(x), rep_ms=50)
+            cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
+            cfg["pct_copy"] = 100 * cfg["gbps"] / copy
     refs = {"torch.softmax": lambda: torch.softmax(x, -1)}
     if shape.n <= 16384:
-        refs["cuda.register_cached"] = lambda: torch.ops.lab.register_cached(x)
+        refs["cuda.register_cached"] = lambda: torch.ops.lab_tune.register_cached(x, True)
+        refs["cuda.register_cached (one block per row group)"] = lambda: torch.ops.lab_tune.register_cached(x, False)
     for name, fn in refs.items():
         row[name] = 100 * bench.gbps(nbytes, bench.time_gpu(fn, rep_ms=50).median_ms) / copy
     return row
@@ -99,10 +103,11 @@ def main() -> int:
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
             best = max(ok, key=lambda c: c["gbps"], default=None)
-            planned = next((c for c in ok if [c["shape"], c["cluster"]] == row["plan"]), None)
+            planned = next((c for c in ok if [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"]), None)
             wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
-            print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<26} "
-                  f"plan {describe(planned):<26} register_cached {row.get('cuda.register_cached', math.nan):5.1f}% "
+            print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27} "
+                  f"plan {describe(planned):<27} register_cached {row.get('cuda.register_cached', math.nan):5.1f}% "
+                  f"(non-persistent {row.get('cuda.register_cached (one block per row group)', math.nan):5.1f}%) "
                   f"torch {row['torch.softmax']:5.1f}%"
                   + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
     print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
@@ -114,7 +119,7 @@ def main() -> int:
 
 
 def describe_error(c: dict) -> str:
-    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']}: {c['error']}"
+    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']} p={c['persistent']}: {c['error']}"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from lab import resources
 from lab.backends import cuda_variants
 
 pytestmark = pytest.mark.skipif(resources.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME)")
+# Every torch.ops.lab op: one per CUDA variant, and softmax (cuda.auto, the dispatching entry).
+OPS = [*cuda_variants.CUDA_VARIANTS, cuda_variants.AUTO_OP]
 
 # A kernel that keeps 64 floats live at once: under a 24-register cap ptxas must spill them.
 SPILLING_KERNEL = r"""
@@ -95,7 +97,8 @@ def test_variant_lists_agree():
     macro = launch_h.split("#define LAB_SOFTMAX_VARIANTS(X)")[1].split("\n\n")[0]
     in_header = re.findall(r"X\((\w+)\)", macro)
     assert in_header == list(cuda_variants.CUDA_VARIANTS), "the same variants, in the same (ladder) order"
-    assert {p.stem for p in resources.cuda_sources()} == set(cuda_variants.CUDA_VARIANTS)
+    auto_source = cuda_variants.AUTO.name.removeprefix("cuda.")  # the dispatcher, csrc/softmax/auto.cu
+    assert {p.stem for p in resources.cuda_sources()} == {*cuda_variants.CUDA_VARIANTS, auto_source}
 
 
 # --- the gate can fail --------------------------------------------------------------------------
@@ -178,7 +181,7 @@ needs_extension = pytest.mark.skipif(not BUILT, reason="lab._C is not built (bas
 def test_extension_imports_and_registers_ops():
     import lab._C  # noqa: F401
 
-    for name in cuda_variants.CUDA_VARIANTS:
+    for name in OPS:
         op = getattr(torch.ops.lab, name)
         assert str(op.default._schema) == f"lab::{name}(Tensor x) -> Tensor"
         assert str(op.out._schema) == f"lab::{name}.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)"
@@ -193,7 +196,7 @@ def test_extension_imports_and_registers_ops():
         pytest.param(lambda: torch.ones(4, 10, dtype=torch.int32), id="int32"),
     ],
 )
-@pytest.mark.parametrize("name", list(cuda_variants.CUDA_VARIANTS))
+@pytest.mark.parametrize("name", OPS)
 def test_cpu_tensor_is_rejected(name, make):
     """The device check comes first: a CPU tensor gets a clear message, not the dispatcher's list."""
     import lab._C  # noqa: F401
@@ -238,7 +241,7 @@ def test_fake_implementations():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cuda_variants.load_extension()
-    for name in cuda_variants.CUDA_VARIANTS:
+    for name in OPS:
         op = getattr(torch.ops.lab, name)
         with FakeTensorMode():
             y = op(torch.empty(3, 8, dtype=torch.bfloat16)[:, :5])
@@ -248,7 +251,7 @@ def test_fake_implementations():
 
 
 def test_library_sources_need_no_torch():
-    """csrc/softmax/*.cu are framework-free: only bindings.cpp sees torch (DESIGN.md)."""
+    """csrc/softmax/*.cu are framework-free: only bindings.cpp sees torch."""
     for path in [*(resources.CSRC / "softmax").rglob("*"), *(resources.CSRC / "include").rglob("*")]:
         if path.is_file():
             text = path.read_text()

@@ -180,3 +180,34 @@ def test_64bit_indexing(v, big_input):
         del out
         torch.cuda.empty_cache()
     assert res.ok, f"{v.name}: {res.summary()}"
+
+
+# --- cuda.cluster: both sides of its launch table's row lengths, and misaligned rows ------------
+
+
+def cluster_row_lengths() -> list[int]:
+    """Both sides of every power of two from 2^11 to 2^20: the plan's row-length thresholds are powers
+    of two (torch.ops.lab_tune.cluster_plan says which shape and cluster each length gets)."""
+    return sorted({n + d for k in range(11, 21) for n in (2**k,) for d in (-1, 0, 1)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", cluster_row_lengths())
+def test_cluster_plan_thresholds(n, dtype):
+    v = cuda_variants.CUDA_VARIANTS["cluster"]
+    kernel = kernel_for(v, inputs.Shape(3, n), dtype)
+    x = inputs.make_input(inputs.Shape(3, n), dtype, "cuda")
+    res = check.check(kernel, x, v.writes_out, check.reference(x))
+    assert res.ok, f"N={n} {dtype_name(dtype)} plan {torch.ops.lab_tune.cluster_plan(n, dtype)}: {res.summary()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", [5000, 70001, 262144])
+def test_cuda_variants_on_misaligned_rows(n, dtype):
+    """A view starting one element in: rows not 16-byte aligned (cluster takes its streaming path)."""
+    x = inputs.make_input(inputs.Shape(4, n + 1), dtype, "cuda")[:, 1:]
+    ref = check.reference(x)
+    for v in GPU_VARIANTS:
+        if v.backend == "cuda" and v.skip_reason(inputs.Shape.of(x), dtype) is None:
+            res = check.check(v.kernel(), x, v.writes_out, ref)
+            assert res.ok, f"{v.name} N={n} {dtype_name(dtype)}: {res.summary()}"

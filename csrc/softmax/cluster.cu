@@ -23,6 +23,7 @@
 // Limits: any rows (64-bit offsets), 1 <= N <= 2^31 - 1, any row strides; sm_90 or newer (the
 // launcher returns cudaErrorInvalidDeviceFunction elsewhere, through the bindings' error).
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -30,7 +31,7 @@
 #include <math_constants.h>
 
 #include "lab/check.cuh"
-#include "lab/cluster.h"
+#include "lab/tune.h"
 #include "lab/dispatch.cuh"
 #include "lab/launch.h"
 #include "lab/online.cuh"
@@ -46,26 +47,39 @@ constexpr int kMaxCluster = 16;  // the largest cluster Hopper launches (non-por
 
 // The resident path's CTA shapes (threads, float32 registers of row data per thread, rows staged
 // ahead). Each is compiled for every dtype; kPlan32 and kPlan16 pick among them.
+// Stages 0: no staging, the row is loaded straight into registers (no prefetch of later rows).
 constexpr ResidentShape kResidentShapes[] = {
     {128, 32, 1}, {128, 32, 2}, {256, 16, 1}, {256, 16, 2}, {256, 32, 1}, {256, 32, 2},
     {256, 64, 1}, {256, 64, 2}, {512, 32, 1}, {512, 32, 2}, {512, 64, 1}, {512, 64, 2},
+    {128, 32, 0}, {256, 16, 0}, {256, 32, 0}, {256, 64, 0}, {512, 32, 0}, {512, 64, 0},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
 // The launch table by row length: the first entry whose max_cols covers the row. Rows longer than
-// the last entry take the streaming path.
+// the last entry take the streaming path. Chosen by measurement: every shape and cluster size of
+// the resident path, on a persistent grid and on one cluster per row, timed by
+// scripts/tune_cluster.py on the H200 at the row lengths of both sweeps (results/h200/tune.json);
+// each entry is the best mean percent of a copy over the sweeps that measured that length. The
+// 524288 entries were not measured (no sweep reaches them): they take the largest shape.
+// Measured there: float32 loads straight into registers (stages 0) beat cp.async staging at every
+// length (e.g. N = 262144: 90-94% of a copy against 80-83%); bfloat16 is the other way round
+// (N = 65536: 81-87% staged against 60-64% direct): its registers hold floats, two per 4 bytes
+// loaded, so a thread holds half the bytes in flight that float32 holds, while shared memory holds
+// them as they are.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
   int cluster;
+  bool persistent;
 };
 constexpr PlanEntry kPlan32[] = {  // float32
-    {4096, 3, 1}, {8192, 5, 1}, {16384, 5, 2}, {32768, 5, 4}, {65536, 5, 8}, {131072, 5, 16},
-    {262144, 6, 16}, {524288, 10, 16},
+    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 12, 2, true},    {16384, 16, 1, true},
+    {32768, 16, 2, true},   {65536, 14, 8, true},   {131072, 16, 8, true},  {262144, 16, 16, true},
+    {524288, 17, 16, true},
 };
-constexpr PlanEntry kPlan16[] = {  // float16, bfloat16
-    {4096, 3, 1}, {8192, 5, 1}, {16384, 5, 2}, {32768, 5, 4}, {65536, 5, 8}, {131072, 5, 16},
-    {262144, 7, 16}, {524288, 11, 16},
+constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
+    {4096, 0, 1, true},     {8192, 0, 2, true},     {16384, 4, 2, true},    {32768, 6, 2, true},
+    {65536, 11, 2, true},   {131072, 11, 4, true},  {262144, 6, 16, true},  {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers.
@@ -169,7 +183,7 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
   unsigned done = 0;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
         : "r"(bar), "r"(phase)
@@ -237,6 +251,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
   const int tail_k = tail != 0 && held > 0 && p0 + tid + (held - 1) * THREADS == row_packs - 1 ? held - 1 : -1;
 
   const auto fetch = [&](int64_t row, int stage) {
+    if constexpr (STAGES == 0) return;  // no staging: the row is loaded straight into registers
     if (row < rows) {
       const T* xr = x + row * x_stride + int64_t{p0 + tid} * K;
       // Re-read per row: per-pack predicates hoisted out of the row loop would each hold a register.
@@ -251,6 +266,23 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
     }
     cp_async_commit();  // one group per row, empty past the last row: the wait count stays uniform
   };
+  // STAGES = 0: 16-byte loads straight into registers, all in flight before the first use.
+  const auto load_direct = [&](int64_t row, float (&v)[PACKS][K]) {
+    const T* xr = x + row * x_stride + int64_t{p0 + tid} * K;
+    const int n = opaque(held), tk = opaque(tail_k);
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const T* src = xr + int64_t{k} * THREADS * K;
+      if (k < n && k != tk) {
+        const Pack<T> pk = *reinterpret_cast<const Pack<T>*>(src);
+#pragma unroll
+        for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) v[k][j] = k == tk && j < tail ? to_float(src[j]) : -CUDART_INF_F;
+      }
+    }
+  };
 
   exchange_init(ex, cluster);
 #pragma unroll
@@ -259,17 +291,21 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
   int stage = 0;
   int row_index = 0;
   for (int64_t row = first_row; row < rows; row += row_step, ++row_index) {
-    cp_async_wait<STAGES - 1>();  // this row's group has landed; later rows may be in flight
-    if (tail_k >= 0) {
-      T* last = mine[(stage * PACKS + tail_k) * THREADS].v;
-      for (int j = tail; j < K; ++j) last[j] = from_float<T>(-CUDART_INF_F);
-    }
     float v[PACKS][K];
+    if constexpr (STAGES == 0) {
+      load_direct(row, v);
+    } else {
+      cp_async_wait<STAGES - 1>();  // this row's group has landed; later rows may be in flight
+      if (tail_k >= 0) {
+        T* last = mine[(stage * PACKS + tail_k) * THREADS].v;
+        for (int j = tail; j < K; ++j) last[j] = from_float<T>(-CUDART_INF_F);
+      }
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-      const Pack<T> pk = mine[(stage * PACKS + k) * THREADS];
+      for (int k = 0; k < PACKS; ++k) {
+        const Pack<T> pk = mine[(stage * PACKS + k) * THREADS];
 #pragma unroll
-      for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+        for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+      }
     }
     float m = MaxOp::identity();
 #pragma unroll
@@ -279,7 +315,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
     }
     // The slots' values are in registers now (the max used them all): refill them with a later row.
     fetch(row + STAGES * row_step, stage);
-    stage = stage + 1 == STAGES ? 0 : stage + 1;
+    stage = stage + 1 >= STAGES ? 0 : stage + 1;
 
     // Exponentials relative to this thread's max; a thread that saw only -inf (or NaN, which
     // fmaxf skips) uses 0, so -inf gives 0 and NaN stays NaN and poisons d.
@@ -289,7 +325,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
     for (int k = 0; k < PACKS; ++k) {
 #pragma unroll
       for (int j = 0; j < K; ++j) {
-        v[k][j] = __expf(v[k][j] - shift);
+        v[k][j] = __expf(v[k][j] - shift);  // kept for the write: one exponential per element
         d += v[k][j];
       }
     }
@@ -313,7 +349,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
       }
     }
   }
-  cp_async_wait<0>();  // no copy may land in shared memory after the CTA has exited
+  if constexpr (STAGES > 0) cp_async_wait<0>();  // no copy may land in shared memory after the CTA has exited
   exchange_finish(cluster);
 }
 
@@ -348,8 +384,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 // --- launch ---------------------------------------------------------------------------------------
 
 template <typename Kernel, typename... Args>
-cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, int64_t rows, cudaStream_t stream,
-                            Args... args) {
+cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, int64_t rows, bool persistent,
+                            cudaStream_t stream, Args... args) {
   LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchAttribute attr{};
@@ -365,11 +401,12 @@ cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, i
   config.attrs = &attr;
   config.numAttrs = 1;
   // Persistent grid: as many clusters as fit at once, each looping over rows (never more than
-  // the rows). A shape that cannot be resident at all is refused rather than launched.
+  // the rows); else one cluster per row (up to the grid's limit). A shape that cannot be resident
+  // at all is refused rather than launched.
   int resident = 0;
   LAB_CUDA_TRY(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
   if (resident < 1) return cudaErrorInvalidConfiguration;
-  const int64_t clusters = std::min<int64_t>(rows, resident);
+  const int64_t clusters = std::min<int64_t>(rows, persistent ? resident : INT_MAX / cluster);
   config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));
   LAB_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
   return cudaSuccess;
@@ -383,14 +420,14 @@ bool rows_aligned(const RowsArgs& a) {
 }
 
 template <typename T, int THREADS, int ELEMS, int STAGES>
-cudaError_t launch_resident(const RowsArgs& a, int cluster, cudaStream_t stream) {
+cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, cudaStream_t stream) {
   constexpr int K = kPack<T>;
   const int64_t row_packs = (a.cols + K - 1) / K;
   const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
   if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
   const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
   return launch_clusters(cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES>, cluster, THREADS, smem,
-                         a.rows, stream, static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
+                         a.rows, persistent, stream, static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
                          static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride, slice_packs);
 }
 
@@ -406,7 +443,7 @@ cudaError_t launch_streaming(const RowsArgs& a, cudaStream_t stream) {
   const int cluster = streaming_cluster(a.cols);
   constexpr int K = kPack<T>;
   const int64_t slice = ((a.cols + cluster - 1) / cluster + K - 1) / K * K;
-  return launch_clusters(cluster_streaming_softmax_kernel<T>, cluster, kStreamThreads, 0, a.rows, stream,
+  return launch_clusters(cluster_streaming_softmax_kernel<T>, cluster, kStreamThreads, 0, a.rows, true, stream,
                          static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),
                          a.x_row_stride, a.y_row_stride, static_cast<int>(slice));
 }
@@ -423,10 +460,10 @@ cudaError_t dispatch_resident_shape(int index, F&& f) {
 }
 
 template <typename T>
-cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, cudaStream_t stream) {
+cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, bool persistent, cudaStream_t stream) {
   return dispatch_resident_shape(index, [&](auto i) {
     constexpr ResidentShape s = kResidentShapes[decltype(i)::value];
-    return launch_resident<T, s.threads, s.elems, s.stages>(a, cluster, stream);
+    return launch_resident<T, s.threads, s.elems, s.stages>(a, cluster, persistent, stream);
   });
 }
 
@@ -440,9 +477,9 @@ int cluster_resident_shapes(const ResidentShape** shapes) {
 ClusterPlan cluster_plan(int64_t cols, DType dtype) {
   const auto pick = [cols](const auto& plan) {
     for (const PlanEntry& e : plan) {
-      if (cols <= e.max_cols) return ClusterPlan{e.shape, e.cluster};
+      if (cols <= e.max_cols) return ClusterPlan{e.shape, e.cluster, e.persistent};
     }
-    return ClusterPlan{-1, streaming_cluster(cols)};
+    return ClusterPlan{-1, streaming_cluster(cols), true};
   };
   return dtype == DType::kFloat32 ? pick(kPlan32) : pick(kPlan16);
 }
@@ -452,17 +489,17 @@ cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (plan.shape < 0 || !rows_aligned(a)) return launch_streaming<T>(a, stream);
-    return launch_resident_index<T>(a, plan.shape, plan.cluster, stream);
+    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, stream);
   });
 }
 
-cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, cudaStream_t stream) {
+cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, bool persistent, cudaStream_t stream) {
   if (shape < 0 || shape >= kResidentShapeCount || cluster < 1 || cluster > kMaxCluster || !rows_aligned(a)) {
     return cudaErrorInvalidValue;
   }
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return launch_resident_index<T>(a, shape, cluster, stream);
+    return launch_resident_index<T>(a, shape, cluster, persistent, stream);
   });
 }
 

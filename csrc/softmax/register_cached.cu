@@ -24,6 +24,7 @@
 // next row while it reduces this one, or a row split over a thread-block cluster.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -34,6 +35,7 @@
 #include "lab/dispatch.cuh"
 #include "lab/launch.h"
 #include "lab/reduce.cuh"
+#include "lab/tune.h"
 #include "lab/vec.cuh"
 
 namespace lab {
@@ -43,14 +45,19 @@ namespace {
 // 8 to 32 elements as floats (at most 32 registers of row data; 16-bit types are converted as they
 // load). Short rows share a warp among 8 to 1 rows; medium rows grow the group to a whole block.
 // Elements per thread are a multiple of 8: whole 16-byte packs in every dtype.
+// persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
+// loaded ahead; else one block per row group. Chosen by measurement (both grids of every shape,
+// timed by scripts/tune_cluster.py on the H200; results/h200/tune.json).
 struct RowShape {
   int max_cols;
   int threads_per_row;
   int elems_per_thread;
+  bool persistent;
 };
 constexpr RowShape kRowShapes32[] = {  // float32
-    {32, 4, 8},     {64, 8, 8},       {128, 16, 8},     {256, 32, 8},     {512, 32, 16},
-    {1024, 32, 32}, {2048, 128, 16},  {4096, 256, 16},  {8192, 512, 16},  {16384, 1024, 16},
+    {32, 4, 8, false},     {64, 8, 8, false},       {128, 16, 8, false},     {256, 32, 8, false},
+    {512, 32, 16, false},  {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 256, 16, false},
+    {8192, 512, 16, false}, {16384, 1024, 16, true},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
 // threads. With float32's shapes a 16-bit thread loads half the bytes: ncu on the H200 found the
@@ -60,8 +67,9 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 16384-element row fits once per SM (one 32 KB row in flight per SM, 46% of a copy); 512 threads
 // of 32 elements fit twice.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16},    {64, 4, 16},      {128, 8, 16},     {256, 16, 16},    {512, 16, 32},
-    {1024, 32, 32}, {2048, 64, 32},   {4096, 128, 32},  {8192, 256, 32},  {16384, 512, 32},
+    {32, 2, 16, true},     {64, 4, 16, true},       {128, 8, 16, true},      {256, 16, 16, true},
+    {512, 16, 32, true},   {1024, 32, 32, true},    {2048, 64, 32, false},   {4096, 128, 32, false},
+    {8192, 256, 32, true}, {16384, 512, 32, true},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
 static_assert(kShapes == sizeof(kRowShapes16) / sizeof(RowShape), "one row shape per length in each table");
@@ -110,10 +118,11 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
   const int lane = threadIdx.x % THREADS_PER_ROW;
   const int64_t step = int64_t{gridDim.x} * kRowsPerBlock;
   // Pack k of this thread holds elements [(lane + k * THREADS_PER_ROW) * K, + K): neighbouring
-  // lanes read neighbouring 16 bytes. The grid is persistent, and the 16-byte packs of a block's
-  // next rows are loaded (raw, into `next`) before this row is reduced and written, so that loads
-  // stay in flight while the row's math runs: ncu on the H200 found the one-row-per-iteration
-  // version stalled on its loads (long scoreboard) at 50-74% of peak DRAM throughput for bfloat16.
+  // lanes read neighbouring 16 bytes. Blocks stride over row groups, and the 16-byte packs of a
+  // block's next rows are loaded (raw, into `next`) before this row is reduced and written, so that
+  // on a persistent grid loads stay in flight while the row's math runs: ncu on the H200 found the
+  // one-row-per-iteration version stalled on its loads (long scoreboard) at 50-74% of peak DRAM
+  // throughput for bfloat16. On a grid of one block per row group the prefetch finds no next row.
   // A pack that is not whole, or of a misaligned row, is read element by element when it is used.
   const auto wide_pack = [&](int64_t row, int k) {
     return row < rows && is_aligned(x + row * x_stride) && (lane + k * THREADS_PER_ROW + 1) * K <= cols;
@@ -196,7 +205,8 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
   } else {
     constexpr RowShape s = kRowShapes<T>[I];
     if (cols <= s.max_cols) {
-      return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{});
+      return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
+               s.persistent);
     }
     return dispatch_row_shape<T, I + 1>(cols, f);
   }
@@ -205,13 +215,14 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
-cudaError_t launch(const RowsArgs& a, int sms, cudaStream_t stream) {
+cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
   const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK>;
   int per_sm = 0;
   LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK, 0));
   const int64_t groups = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(groups, int64_t{std::max(per_sm, 1)} * sms));
+  const int64_t resident = persistent ? int64_t{std::max(per_sm, 1)} * sms : int64_t{INT_MAX};
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(groups, resident));
   kernel<<<grid, BLOCK, 0, stream>>>(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
                                      static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride);
   LAB_LAUNCH_CHECK();
@@ -221,21 +232,26 @@ cudaError_t launch(const RowsArgs& a, int sms, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t softmax_register_cached(const RowsArgs& a, cudaStream_t stream) {
+  return softmax_register_cached_with(a, -1, stream);
+}
+
+cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cudaStream_t stream) {
   if (a.cols > kMaxCols) return cudaErrorInvalidValue;  // see Limits in the header
   int sms = 0;
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept) {
+    return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept, bool table_persistent) {
+      const bool persistent_grid = persistent < 0 ? table_persistent : persistent != 0;
       constexpr int kThreadsPerRow = decltype(tpr)::value;
       constexpr int kElems = decltype(ept)::value;
       if constexpr (kThreadsPerRow <= kWarpSize) {
         constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
         if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
-          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock>(a, sms, stream);
+          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock>(a, sms, persistent_grid, stream);
         }
       }
-      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>>(a, sms, stream);
+      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>>(a, sms, persistent_grid, stream);
     });
   });
 }

@@ -17,11 +17,25 @@ def load_extension() -> None:
         import lab._C  # noqa: F401
     except ImportError as e:
         raise Unavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
-    for name in CUDA_VARIANTS:
+    for name in [*CUDA_VARIANTS, AUTO_OP]:
         torch.library.register_fake(f"lab::{name}")(
             lambda x: torch.empty_like(x, memory_format=torch.contiguous_format)
         )
+        # Differentiable: dx = y * (dy - sum(dy * y)) per row, PyTorch's softmax backward on the saved y.
+        torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
+    from lab import dispatch
+
+    dispatch.install_for_current_gpu()  # auto's measured table for this GPU model, when committed
     _LOADED.append("lab._C")
+
+
+def _save_output(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+    (y,) = ctx.saved_tensors
+    return torch._softmax_backward_data(grad, y, -1, y.dtype)
 
 
 def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: str = ""):
@@ -43,14 +57,26 @@ def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: s
     return build
 
 
+AUTO_OP = "softmax"  # torch.ops.lab.softmax: the dispatching entry, registered as cuda.auto
+
+
+def rebuild_auto_table(results: list) -> None:
+    """cuda.auto's `prepare`: the dispatch table from this run's results so far (lab/dispatch.py)."""
+    from lab import dispatch
+    from lab.env import git_commit
+
+    if torch.cuda.is_available():
+        dispatch.install(dispatch.build_table(results, torch.cuda.get_device_name(0), f"this run ({git_commit()})"))
+
+
 def _register(name: str, traffic: Traffic, description: str, min_capability: tuple[int, int] | None = None,
-              needs: str = "", **limits) -> Variant:
+              needs: str = "", op: str | None = None, **limits) -> Variant:
     """Register torch.ops.lab.<name> as the variant cuda.<name>. A row-length limit (max_n,
     max_n_reason) is the one its launcher enforces; the header of csrc/softmax/<name>.cu says why.
     min_capability: the GPU generation the kernels need (`needs` says what for)."""
     return register(Variant(
         op="softmax", name=f"cuda.{name}", backend="cuda", description=description,
-        build=op_kernel(name, min_capability, needs), traffic=traffic, writes_out=True, **limits,
+        build=op_kernel(op or name, min_capability, needs), traffic=traffic, writes_out=True, **limits,
     ))
 
 
@@ -70,3 +96,7 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
               "persistent with cp.async prefetch: 1 read, 1 write (2 reads past 512K elements)",
               min_capability=(9, 0), needs="thread-block clusters"),
 )}
+# After the variants it dispatches to, so that the runner has timed them at a point before auto.
+AUTO = _register("auto", Traffic(1, 1),
+                 "torch.ops.lab.softmax: each (dtype, N, M) to the fastest CUDA variant measured on this GPU "
+                 "(dispatch table), else a default rule", op=AUTO_OP, prepare=rebuild_auto_table)

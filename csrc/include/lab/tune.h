@@ -1,0 +1,57 @@
+// Launch choices exposed for tuning and explaining (torch.ops.lab_tune.*, scripts/tune_cluster.py):
+// the cluster variant's launch table and launchers that take a choice the table would make. The
+// data itself lives once, in the variant's .cu file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "lab/launch.h"
+
+namespace lab {
+
+// A CTA shape of the resident path: threads per CTA, float32 registers of row data per thread,
+// and how many rows each thread's shared-memory slots stage ahead.
+struct ResidentShape {
+  int threads;
+  int elems;
+  int stages;
+};
+
+// How a row length is launched: shape >= 0 indexes the resident shapes with `cluster` CTAs per
+// row; shape < 0 is the streaming path (2 reads), with `cluster` CTAs per row.
+struct ClusterPlan {
+  int shape;
+  int cluster;
+  bool persistent;  // a grid of the resident clusters looping over rows, else one cluster per row
+};
+
+// The resident shapes compiled into the extension (a pointer to the table and its length).
+int cluster_resident_shapes(const ResidentShape** shapes);
+
+// The plan the cluster launcher uses for rows of `cols` elements of `dtype` (aligned rows).
+ClusterPlan cluster_plan(int64_t cols, DType dtype);
+
+// The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
+// when the slice does not fit the shape's registers or the rows are not 16-byte aligned.
+// persistent: a grid of the resident clusters looping over rows (else one cluster per row).
+cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, bool persistent, cudaStream_t stream);
+
+// register_cached with a persistent grid (persistent = 1: the resident blocks loop over rows,
+// loading the next rows ahead), one block per row group (0), or the table's choice (-1).
+cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
+
+// auto (csrc/softmax/auto.cu): torch.ops.lab.softmax, dispatching each call to a CUDA variant.
+cudaError_t softmax_auto(const RowsArgs& args, cudaStream_t stream);
+
+// Install the dispatch table: flat (dtype, max_cols, max_rows, index into names) quadruples, names
+// of CUDA variants (LAB_SOFTMAX_VARIANTS). False, with the reason in *error, if it is malformed.
+bool set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat, std::string* error);
+
+// The variant auto runs for this shape, and whether the table (rather than the default rule) chose it.
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool* from_table);
+
+}  // namespace lab

@@ -1,0 +1,128 @@
+// auto: the lab's fast entry, torch.ops.lab.softmax. Not a kernel of its own: each call is handed
+// to the lab's fastest CUDA variant for its (dtype, N, M).
+//
+// The choice comes from a dispatch table measured on this GPU model: lab/dispatch.py builds it from
+// the lab's own results (every CUDA variant timed at the sweeps' shapes) and installs it here at
+// import (set_auto_table). An entry covers rows of at most max_cols elements and, among the entries
+// of one max_cols, at most max_rows rows (the last of them takes any more rows).
+// Without a table, or for a dtype the table has no entry for, the default rule applies:
+//   rows of at most kShortRows (float32: 8192, 16-bit: 2048) -> register_cached
+//   longer rows -> cluster on sm_90 or newer (thread-block clusters), online elsewhere
+// (on the H200, register_cached's one-row-per-warp-group layout wins up to those lengths and the
+// cluster split above them; without clusters, online is the one variant that takes any N).
+// Limits: those of the chosen variant.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lab/check.cuh"
+#include "lab/launch.h"
+#include "lab/tune.h"
+
+namespace lab {
+namespace {
+
+#define LAB_LAUNCHER_ENTRY(name) {#name, &softmax_##name},
+struct NamedLauncher {
+  const char* name;
+  RowsLauncher launch;
+};
+constexpr NamedLauncher kVariants[] = {LAB_SOFTMAX_VARIANTS(LAB_LAUNCHER_ENTRY)};
+#undef LAB_LAUNCHER_ENTRY
+constexpr int kVariantCount = sizeof(kVariants) / sizeof(NamedLauncher);
+
+struct Entry {
+  DType dtype;
+  int64_t max_cols;
+  int64_t max_rows;
+  int variant;  // index into kVariants
+};
+
+std::mutex table_mutex;
+std::vector<Entry> table;  // sorted by (dtype, max_cols, max_rows) by set_auto_table
+
+int index_of(const char* name) {
+  for (int i = 0; i < kVariantCount; ++i) {
+    if (std::string(kVariants[i].name) == name) return i;
+  }
+  return -1;
+}
+
+int default_choice(int64_t cols, DType dtype) {
+  const int64_t short_rows = dtype == DType::kFloat32 ? 8192 : 2048;
+  if (cols <= short_rows) return index_of("register_cached");
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return index_of("online");
+  }
+  return index_of(major >= 9 ? "cluster" : "online");
+}
+
+int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
+  {
+    const std::lock_guard<std::mutex> lock(table_mutex);
+    const Entry* group_last = nullptr;
+    for (const Entry& e : table) {
+      if (e.dtype != dtype || cols > e.max_cols) continue;
+      if (group_last && group_last->max_cols != e.max_cols) break;  // past the group that covers cols
+      group_last = &e;
+      if (rows <= e.max_rows) break;
+    }
+    if (group_last) {
+      *from_table = true;
+      return group_last->variant;
+    }
+  }
+  *from_table = false;
+  return default_choice(cols, dtype);
+}
+
+}  // namespace
+
+cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
+  bool from_table = false;
+  const int v = choose(a.rows, a.cols, a.dtype, &from_table);
+  if (v < 0) return cudaErrorInvalidValue;
+  return kVariants[v].launch(a, stream);
+}
+
+bool set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat, std::string* error) {
+  if (flat.size() % 4 != 0) {
+    *error = "the table is a flat list of (dtype, max_cols, max_rows, variant index) quadruples";
+    return false;
+  }
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < flat.size(); i += 4) {
+    const int64_t dtype = flat[i], variant = flat[i + 3];
+    if (dtype < 0 || dtype > static_cast<int64_t>(DType::kBFloat16) || variant < 0 ||
+        variant >= static_cast<int64_t>(names.size())) {
+      *error = "entry " + std::to_string(i / 4) + ": dtype or variant index out of range";
+      return false;
+    }
+    const int index = index_of(names[variant].c_str());
+    if (index < 0) {
+      *error = "entry " + std::to_string(i / 4) + ": no CUDA variant named '" + names[variant] + "'";
+      return false;
+    }
+    entries.push_back({static_cast<DType>(dtype), flat[i + 1], flat[i + 2], index});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.dtype != b.dtype) return a.dtype < b.dtype;
+    if (a.max_cols != b.max_cols) return a.max_cols < b.max_cols;
+    return a.max_rows < b.max_rows;
+  });
+  const std::lock_guard<std::mutex> lock(table_mutex);
+  table = std::move(entries);
+  return true;
+}
+
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
+  const int v = choose(rows, cols, dtype, from_table);
+  return v < 0 ? std::string() : std::string(kVariants[v].name);
+}
+
+}  // namespace lab

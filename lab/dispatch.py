@@ -1,0 +1,112 @@
+"""auto's dispatch table: which CUDA variant torch.ops.lab.softmax runs for each (dtype, N, M).
+
+The table is data built from the lab's own results on one GPU model: at every measured point
+(dtype, N, M) it names the CUDA variant with the highest median GB/s there. It is saved beside the
+results as results/<gpu>/dispatch_table.json (`python scripts/make_dispatch_table.py` rebuilds it
+from a results.json), and installed into the extension when lab._C is loaded on a GPU of that
+model. A shape between measured points takes the entry of the next longer measured row length and,
+among that length's entries, of the next larger measured M (the largest M for more rows). Without a
+table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/auto.cu applies.
+
+A lab run that times `cuda.auto` builds the table as it goes: before auto is timed at a point, the
+table is rebuilt from the results of this run so far, which include every other CUDA variant at
+that point, and installed. So the auto timed at each point runs the variant the saved table names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from lab.env import ROOT
+
+AUTO = "cuda.auto"
+DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
+FILENAME = "dispatch_table.json"
+
+
+def gpu_slug(name: str) -> str:
+    """results/<slug>/ for a GPU name, e.g. 'NVIDIA H200' -> 'h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
+
+
+def build_table(results: Iterable, gpu: str, source: str) -> dict:
+    """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
+    records or their dicts)."""
+    best: dict[tuple[str, int, int], tuple[float, str]] = {}
+    for r in results:
+        r = r if isinstance(r, dict) else vars(r)
+        if r["backend"] != "cuda" or r["variant"] == AUTO or r["status"] != "ok" or not r.get("gbps"):
+            continue
+        key = (r["dtype"], r["n"], r["m"])
+        if key not in best or r["gbps"] > best[key][0]:
+            best[key] = (r["gbps"], r["variant"].removeprefix("cuda."))
+    entries: dict[str, list[list]] = {}
+    for (dtype, n, m), (gbps, variant) in sorted(best.items()):
+        entries.setdefault(dtype, []).append([n, m, variant, round(gbps, 1)])
+    return {"gpu": gpu, "source": source,
+            "rule": "per dtype: the first entry [max N, max M, variant, GB/s measured] covering the shape",
+            "entries": entries}
+
+
+def install(table: dict) -> None:
+    """Hand the table to the extension (torch.ops.lab_tune.set_auto_table)."""
+    names = sorted({e[2] for es in table["entries"].values() for e in es})
+    flat = [v for dtype, es in table["entries"].items() if dtype in DTYPE_CODES
+            for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
+    torch.ops.lab_tune.set_auto_table(names, flat)
+
+
+def table_path(gpu: str, root: Path = ROOT) -> Path:
+    return root / "results" / gpu_slug(gpu) / FILENAME
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def save(table: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def install_for_current_gpu() -> Path | None:
+    """Install the committed table of this GPU model, if there is one; returns its path."""
+    if not torch.cuda.is_available():
+        return None
+    path = table_path(torch.cuda.get_device_name(0))
+    if path.exists():
+        install(load(path))
+        return path
+    return None
+
+
+def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
+    """Lines saying what torch.ops.lab.softmax runs for an (m, n) input of `dtype`, and why."""
+    name = str(dtype).removeprefix("torch.")
+    variant, source = torch.ops.lab_tune.auto_choice(m, n, dtype)
+    lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source})"]
+    if source == "table" and torch.cuda.is_available():
+        path = table_path(torch.cuda.get_device_name(0))
+        table = load(path) if path.exists() else None
+        if table:
+            lines.append(f"  table: {path.relative_to(ROOT)} (from {table['source']})")
+            near = [e for e in table["entries"].get(name, []) if e[0] >= n][:4]
+            lines += [f"  measured N={e[0]} M={e[1]}: cuda.{e[2]} {e[3]} GB/s" for e in near]
+    elif source != "table":
+        lines.append("  no table entry for this GPU and dtype: the default rule of csrc/softmax/auto.cu")
+    if variant == "cluster":
+        shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype)
+        if shape < 0:
+            lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
+        else:
+            flat = list(torch.ops.lab_tune.cluster_shapes())
+            threads, elems, stages = flat[3 * shape: 3 * shape + 3]
+            lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements, "
+                         f"{'cp.async staging ' + str(stages) + ' row(s) ahead' if stages else 'direct loads'}, "
+                         f"{'persistent grid' if persistent else 'one cluster per row'}")
+    return lines
