@@ -165,6 +165,15 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
   const int parity = row_index & 1;
   const unsigned phase = static_cast<unsigned>(row_index >> 1) & 1u;
   const MaxSum w = warp_state(thread_state);
+  if (c == 1) {
+    // One CTA: no distributed shared memory (compute-sanitizer rejects st.async::cluster in a
+    // cluster of one block). The warps' states meet in this CTA's slots behind one barrier; the
+    // parity double-buffering makes that one barrier per row enough, as for the mbarriers.
+    if (lane == 0) ex.slots[parity][warp] = w;
+    __syncthreads();
+    MaxSum s = lane < WARPS ? ex.slots[parity][lane] : MaxSumMerge::identity();
+    return warp_state(s);
+  }
   const unsigned bar = smem_u32(&ex.bar[parity]);
   if (threadIdx.x == 0) {  // this CTA expects warps x cluster states of 8 bytes
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
