@@ -19,10 +19,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"lab.softmax: expected a tensor, got {type(x).__name__}")
-    if x.device.type != "cuda":
-        raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"lab.softmax: expected float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type != "cuda":
+        raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
     from lab.backends.cuda_variants import load_extension
 
     load_extension()

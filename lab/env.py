@@ -82,5 +82,9 @@ def environment() -> dict:
         "triton": version("triton"),
         "numpy": version("numpy"),
         "nvcc": nvcc[-1] if nvcc else "not found",
+        # the optional peers' versions: their numbers mean something only with these
+        "quack-kernels": version("quack-kernels"),
+        "nvidia-cutlass-dsl": version("nvidia-cutlass-dsl-libs-base"),
+        "liger-kernel": version("liger-kernel"),
         **gpu_record(),
     }

@@ -1,0 +1,89 @@
+"""cuda.auto's dispatch table (lab/dispatch.py, csrc/softmax/auto.cu): built from results, installed
+into the extension, looked up per (dtype, N, M), rebuilt by the script from the committed results."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lab import dispatch
+from lab.env import ROOT
+
+COMMITTED = sorted((ROOT / "results").glob(f"*/{dispatch.FILENAME}"))
+
+
+def record(variant: str, gbps: float, n: int, m: int, dtype: str = "float32", status: str = "ok") -> dict:
+    return {"backend": variant.split(".")[0], "variant": variant, "status": status, "gbps": gbps, "dtype": dtype,
+            "n": n, "m": m}
+
+
+RECORDS = [
+    record("cuda.register_cached", 4000, 1024, 65536), record("cuda.cluster", 3000, 1024, 65536),
+    record("cuda.register_cached", 3000, 65536, 1024), record("cuda.cluster", 3900, 65536, 1024),
+    record("cuda.cluster", 3000, 65536, 4096), record("cuda.online", 3950, 65536, 4096),
+    record("cuda.auto", 9999, 65536, 4096),  # auto itself never enters its own table
+    record("triton.fused", 9999, 1024, 65536),  # nor another backend (the op runs CUDA kernels)
+    record("cuda.three_pass", 9999, 1024, 65536, status="failed"),
+]
+
+
+def test_build_table_keeps_the_fastest_cuda_variant_per_point():
+    table = dispatch.build_table(RECORDS, "NVIDIA H200", "test")
+    assert table["entries"] == {"float32": [[1024, 65536, "register_cached", 4000], [65536, 1024, "cluster", 3900],
+                                            [65536, 4096, "online", 3950]]}
+
+
+@pytest.fixture
+def installed_extension():
+    pytest.importorskip("lab._C", reason="lab._C is not built")
+    from lab.backends.cuda_variants import load_extension
+
+    load_extension()
+    yield
+    torch.ops.lab_tune.set_auto_table([], [])  # back to the default rule
+
+
+@pytest.mark.parametrize(("m", "n", "expected"), [
+    (10, 1000, "register_cached"),  # the next longer measured N, its only M
+    (100, 4096, "cluster"),  # N = 65536's smallest M covers 100 rows
+    (1024, 65536, "cluster"),
+    (2000, 65536, "online"),  # more rows than 1024: the next larger measured M
+    (10**6, 65536, "online"),  # more rows than any measured M: the largest
+])
+def test_lookup(installed_extension, m, n, expected):
+    dispatch.install(dispatch.build_table(RECORDS, "NVIDIA H200", "test"))
+    assert list(torch.ops.lab_tune.auto_choice(m, n, torch.float32)) == [expected, "table"]
+
+
+def test_default_rule_outside_the_table(installed_extension):
+    dispatch.install(dispatch.build_table(RECORDS, "NVIDIA H200", "test"))
+    assert torch.ops.lab_tune.auto_choice(5, 70000, torch.float32)[1] == "default rule"  # longer than any entry
+    assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule"]
+
+
+def test_malformed_table_is_refused(installed_extension):
+    with pytest.raises(RuntimeError, match="no CUDA variant named 'nonesuch'"):
+        torch.ops.lab_tune.set_auto_table(["nonesuch"], [0, 1024, 1, 0])
+    with pytest.raises(RuntimeError, match="quadruples"):
+        torch.ops.lab_tune.set_auto_table(["online"], [0, 1024, 1])
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_committed_table_is_what_the_script_builds_from_the_committed_results(path, tmp_path):
+    out = tmp_path / "table.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_dispatch_table.py"),
+                           str(path.parent / "results.json"), "-o", str(out)],
+                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["entries"] == dispatch.load(path)["entries"], "hand-edited or stale table"
+
+
+def test_lab_softmax_refuses_cpu_tensors():
+    import lab
+
+    with pytest.raises(ValueError, match="lab.softmax: expected a CUDA tensor, got one on cpu"):
+        lab.softmax(torch.randn(2, 3))
+    with pytest.raises(TypeError, match="expected float32, float16 or bfloat16"):
+        lab.softmax(torch.ones(2, 3, dtype=torch.int32, device="meta"))
