@@ -316,28 +316,14 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
         for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
       }
     }
-    float m = MaxOp::identity();
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-#pragma unroll
-      for (int j = 0; j < K; ++j) m = fmaxf(m, v[k][j]);
-    }
+    const float m = fragment_max(v);
     // The slots' values are in registers now (the max used them all): refill them with a later row.
     fetch(row + STAGES * row_step, stage);
     stage = stage + 1 >= STAGES ? 0 : stage + 1;
 
     // Exponentials relative to this thread's max; a thread that saw only -inf (or NaN, which
     // fmaxf skips) uses 0, so -inf gives 0 and NaN stays NaN and poisons d.
-    const float shift = m == -CUDART_INF_F ? 0.0f : m;
-    float d = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        v[k][j] = __expf(v[k][j] - shift);  // kept for the write: one exponential per element
-        d += v[k][j];
-      }
-    }
+    const float d = fragment_exp_sum(v, m == -CUDART_INF_F ? 0.0f : m);
     const MaxSum total = exchange_row<kWarps>(MaxSum{m, d}, ex, row_index, c, cluster.block_rank());
 
     // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,

@@ -156,23 +156,8 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
     }
     prefetch(row + step);
 
-    float m = MaxOp::identity();
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-#pragma unroll
-      for (int j = 0; j < K; ++j) m = fmaxf(m, v[k][j]);
-    }
-    m = allreduce(m, MaxOp{});
-    float d = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-#pragma unroll
-      for (int j = 0; j < K; ++j) {
-        v[k][j] = __expf(v[k][j] - m);  // kept for the write: one exponential per element
-        d += v[k][j];
-      }
-    }
-    d = allreduce(d, SumOp{});
+    const float m = allreduce(fragment_max(v), MaxOp{});
+    const float d = allreduce(fragment_exp_sum(v, m), SumOp{});
     if (!valid) continue;  // after the reductions, which need every lane
 
     const float inv_d = 1.0f / d;

@@ -26,6 +26,35 @@ __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
 
+// A thread's register fragment of a row: P packs of K floats (compile-time sizes, so the fragment
+// stays in registers). The max of its elements (fmaxf skips NaN).
+template <int P, int K>
+__device__ __forceinline__ float fragment_max(const float (&v)[P][K]) {
+  float m = MaxOp::identity();
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) m = fmaxf(m, v[k][j]);
+  }
+  return m;
+}
+
+// Replace each element by exp(v - shift), kept for the write (one exponential per element), and
+// return their sum.
+template <int P, int K>
+__device__ __forceinline__ float fragment_exp_sum(float (&v)[P][K], float shift) {
+  float d = 0.0f;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      v[k][j] = __expf(v[k][j] - shift);
+      d += v[k][j];
+    }
+  }
+  return d;
+}
+
 // Butterfly (xor) all-reduce inside groups of WIDTH consecutive lanes (a whole warp by default):
 // after log2(WIDTH) steps every lane holds op over its group. xor with a mask below WIDTH never
 // leaves the group, so several groups reduce independently in one warp. All 32 lanes must call it.
