@@ -1,7 +1,8 @@
 """Timing. On a GPU: triton.testing.do_bench, L2 flushed before every call, median with p20/p80.
-On the CPU: the same quantiles of a wall-clock loop. GB/s counts one read of x and one write of y
-(2 * M * N * itemsize bytes), whatever the variant really moves; the ceiling is a copy of the same
-bytes (x.copy_ into a buffer of x's size) timed the same way in the same run.
+On the CPU: the same quantiles of a wall-clock loop. GB/s counts the bytes the operator must move
+(softmax: one read of x and one write of y, 2 * M * N * itemsize), whatever the variant really
+moves; the ceiling is a copy moving the same bytes (half read, half written) timed the same way in
+the same run.
 """
 
 from __future__ import annotations
@@ -46,11 +47,6 @@ def time_fn(fn: Callable[[], object], device: torch.device) -> Timing:
     return time_gpu(fn) if device.type == "cuda" else time_cpu(fn)
 
 
-def moved_bytes(m: int, n: int, dtype: torch.dtype) -> int:
-    """The bytes a softmax must move at least: read x once, write y once."""
-    return 2 * m * n * torch.empty((), dtype=dtype).element_size()
-
-
 def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
 
@@ -58,9 +54,10 @@ def gbps(nbytes: int, ms: float) -> float:
 _COPY_CACHE: dict[tuple[int, str], Timing] = {}
 
 
-def copy_ceiling(numel: int, dtype: torch.dtype, device: torch.device) -> Timing:
-    """Time a device-to-device copy of numel elements of dtype (once per size and run)."""
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+def copy_ceiling(moved: int, device: torch.device | str) -> Timing:
+    """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2), once
+    per size and run."""
+    nbytes = max(1, moved // 2)
     key = (nbytes, str(device))
     if key not in _COPY_CACHE:
         src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(7)

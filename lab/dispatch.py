@@ -40,7 +40,8 @@ def build_table(results: Iterable, gpu: str, source: str) -> dict:
     best: dict[tuple[str, int, int], tuple[float, str]] = {}
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
-        if r["backend"] != "cuda" or r["variant"] == AUTO or r["status"] != "ok" or not r.get("gbps"):
+        if (r.get("op", "softmax") != "softmax" or r["backend"] != "cuda" or r["variant"] == AUTO
+                or r["status"] != "ok" or not r.get("gbps")):
             continue
         key = (r["dtype"], r["n"], r["m"])
         if key not in best or r["gbps"] > best[key][0]:

@@ -35,13 +35,13 @@ class Shape:
 
     @staticmethod
     def parse(text: str) -> Shape:
-        """'4096x1000' or '4096x1000/1024' (row stride 1024)."""
+        """'4096x1000', '4096x1000/1024' (row stride 1024), or '1000' (one row: a vector)."""
         dims, slash, stride = text.lower().partition("/")
         try:
-            m, n = (int(v) for v in dims.split("x"))
+            m, n = (int(v) for v in dims.split("x")) if "x" in dims else (1, int(dims))
             s = int(stride) if slash else None
         except ValueError:
-            raise ValueError(f"cannot read shape {text!r}: expected MxN or MxN/STRIDE, e.g. 4096x1000") from None
+            raise ValueError(f"cannot read shape {text!r}: expected MxN, MxN/STRIDE or N, e.g. 4096x1000") from None
         if m < 0 or n < 1 or (s is not None and s < n):
             raise ValueError(f"shape {text!r}: need M >= 0, N >= 1 and STRIDE >= N")
         return Shape(m, n, s)

@@ -17,7 +17,8 @@ import torch
 from lab.inputs import Shape
 
 Kernel = Callable[..., torch.Tensor]
-"""kernel(x) -> y, or kernel(x, out) -> out for variants that write into a given tensor."""
+"""kernel(*inputs) -> output, or kernel(*inputs, out) -> out for variants that write into a given
+tensor; softmax's inputs are (x,)."""
 
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKENDS = ("torch", "triton", "cuda", "peer")
@@ -33,14 +34,17 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True)
 class Traffic:
-    """Modeled HBM traffic, in multiples of the bytes of x: how many times x is read, y written."""
+    """Modeled HBM traffic in multiples of the bytes of one input (x for softmax): tensors read and
+    written, counting every sweep."""
 
     reads: float
     writes: float
 
-    def ceiling_fraction(self) -> float:
-        """Fraction of a copy's bandwidth (1 read + 1 write) that this traffic allows at best."""
-        return 2.0 / (self.reads + self.writes)
+    def ceiling_fraction(self, minimum: Traffic | None = None) -> float:
+        """Fraction of a copy's bandwidth that this traffic allows at best, for an operator that must
+        move `minimum` (1 read + 1 write, softmax's, by default): a copy moves its bytes at full speed."""
+        least = minimum or Traffic(1, 1)
+        return (least.reads + least.writes) / (self.reads + self.writes)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ class Result:
     model_writes: float | None = None
     modeled_gbps: float | None = None  # copy_gbps * 2 / (reads + writes)
     pct_modeled: float | None = None
-    speedup_vs_torch: float | None = None  # torch.softmax median / this median
+    speedup_vs_torch: float | None = None  # the operator's baseline (torch) median / this median
+    op: str = "softmax"
 
     @property
     def shape_label(self) -> str:
@@ -60,8 +61,10 @@ def grouped(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
     return groups
 
 
-def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling)."""
+def table_rows(results: list[Result], label=None) -> tuple[list[str], list[list[str]]]:
+    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling).
+    label(Shape) names a shape (the operator's; MxN[/stride] by default)."""
+    from lab.inputs import Shape
     variants = list(dict.fromkeys(r.variant for r in results))
     shapes = list(dict.fromkeys((r.m, r.n, r.row_stride) for r in results))
     by_key = {(r.variant, r.m, r.n, r.row_stride): r for r in results}
@@ -69,9 +72,10 @@ def table_rows(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for m, n, s in shapes:
         copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
-        label = f"{m}x{n}" + ("" if s == n else f"/{s}")
+        shape = Shape(m, n, None if s == n else s)
+        text = label(shape) if label else shape.label
         cells = (cell(by_key[(v, m, n, s)]) if (v, m, n, s) in by_key else "" for v in variants)
-        rows.append([label, _fmt(copy), *cells])
+        rows.append([text, _fmt(copy), *cells])
     return header, rows
 
 
@@ -108,7 +112,8 @@ def load_json(path: Path) -> tuple[dict, list[Result]]:
     return data, [Result(**r) for r in data["results"]]
 
 
-def plot(results: list[Result], path: Path, title: str) -> bool:
+def plot(results: list[Result], path: Path, title: str, x_label: str = "N (row length)",
+         bytes_formula: str = "2·M·N·itemsize") -> bool:
     """GB/s against N, one panel per dtype, one line per variant, the copy ceiling dashed."""
     try:
         import matplotlib
@@ -129,10 +134,10 @@ def plot(results: list[Result], path: Path, title: str) -> bool:
             if pts:
                 ax.plot([n for n, _ in pts], [g for _, g in pts], marker="o", ms=3, label=v)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("N (row length)")
+        ax.set_xlabel(x_label)
         ax.set_title(f"{title}, {dtype}")
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("GB/s  (2·M·N·itemsize / time)")
+    axes[0][0].set_ylabel(f"GB/s  ({bytes_formula} / time)")
     # One legend for all panels (a variant may have points in one dtype only), beside them, not
     # over them: the lines fill every corner of the plot.
     legend = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}

@@ -1,4 +1,4 @@
-"""python -m lab.test: check every softmax variant against float64, then benchmark the ones that pass.
+"""python -m lab.test: check every variant of an operator against float64, then benchmark the ones that pass.
 
 With a GPU: both sweeps (fixed: M*N = 64Mi elements; tutorial: M = 4096) in float32 and bfloat16, results saved
 under results/<gpu>/ (JSON, CSV, markdown report, plots). Without one: the torch variants on the
@@ -23,25 +23,30 @@ if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from lab import bench, check, dispatch, inputs, report  # noqa: E402
+from lab import bench, check, dispatch, inputs, operators, report  # noqa: E402
 from lab.env import ROOT, clocks_under_load, environment  # noqa: E402
+from lab.operators import Operator  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-BASELINE = "torch.softmax"
+OPERATORS = operators.operators()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m lab.test", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", default="softmax", choices=[*OPERATORS, "all"],
+                   help="the operator (default softmax; all: every operator in turn)")
     p.add_argument("-v", "--variant", action="append", metavar="GLOB",
                    help="variant name glob, e.g. 'cuda.*' or 'triton.fused' (repeatable)")
     p.add_argument("-b", "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)")
     p.add_argument("-d", "--dtype", action="append", choices=sorted(DTYPES),
                    help="dtype (repeatable); default float32 and bfloat16")
-    p.add_argument("-s", "--sweep", action="append", choices=sorted(inputs.SWEEPS),
-                   help="sweep (repeatable); default fixed and tutorial on a GPU, cpu without")
+    sweeps = sorted({s for op in OPERATORS.values() for s in op.sweeps})
+    p.add_argument("-s", "--sweep", action="append", choices=sweeps,
+                   help="sweep (repeatable); default the operator's GPU sweeps on a GPU (softmax: fixed and "
+                        "tutorial), cpu without")
     p.add_argument("--shape", action="append", metavar="MxN[/STRIDE]", help="benchmark this shape (repeatable)")
     p.add_argument("--quick", action="store_true", help="a few shapes only (the quick sweep; cpu without a GPU)")
     p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
@@ -70,10 +75,11 @@ class Runnable:
     kernels: dict = field(default_factory=dict)  # per-shape kernels (torch.compile)
 
     def kernel_for(self, x: torch.Tensor):
+        """The kernel for inputs whose first tensor is x (per-shape variants compile one per shape)."""
         v = self.variant
         if not v.per_shape:
             return v.kernel()
-        key = (tuple(x.shape), x.stride(0), x.dtype)
+        key = (tuple(x.shape), x.stride(), x.dtype)
         if key not in self.kernels:
             self.kernels.clear()  # one shape at a time: keeps compiled graphs from piling up
             self.kernels[key] = v.kernel()
@@ -84,12 +90,12 @@ def log(msg: str = "") -> None:
     print(msg, flush=True)
 
 
-def select(args: argparse.Namespace, device: torch.device) -> tuple[list[Runnable], list[Variant]]:
-    chosen = variants(patterns=args.variant, backends=args.backend)
+def select(op: Operator, args: argparse.Namespace, device: torch.device) -> tuple[list[Runnable], list[Variant]]:
+    chosen = variants(op.name, patterns=args.variant, backends=args.backend)
     if not chosen:
-        sys.exit(f"no variant matches --variant {args.variant} --backend {args.backend}; see --list")
+        sys.exit(f"no {op.name} variant matches --variant {args.variant} --backend {args.backend}; see --list")
     runnable, absent = [], []
-    log(f"variants ({len(chosen)}):")
+    log(f"{op.name}: {op.description}; variants ({len(chosen)}):")
     for v in chosen:
         reason = v.availability()
         if reason is None and device.type == "cpu" and not v.runs_on_cpu:
@@ -100,31 +106,38 @@ def select(args: argparse.Namespace, device: torch.device) -> tuple[list[Runnabl
     return runnable, absent
 
 
-def suite_cases(device: torch.device, dtype: torch.dtype, seed: int):
-    """(label, x, row labels) for the correctness suite: edge shapes and special-value rows."""
-    for shape in inputs.EDGE_SHAPES:
-        if device.type == "cpu" and shape.n > inputs.CPU_EDGE_MAX_N:
+def suite_cases(op: Operator, device: torch.device, dtype: torch.dtype, seed: int):
+    """(label, shape, inputs, row labels) for the correctness suite: edge shapes and special cases."""
+    for shape in op.edge_shapes:
+        if device.type == "cpu" and shape.n > op.cpu_edge_max_n:
             continue
-        yield shape.label, inputs.make_input(shape, dtype, device, seed), None
-    for n in inputs.SPECIAL_NS:
-        x, labels = inputs.special_input(n, dtype, device, seed)
-        yield f"special rows, N={n}", x, labels
+        yield op.shape_label(shape), shape, op.make_inputs(shape, dtype, device, seed), None
+    for label, case, row_labels in op.special_cases(dtype, device, seed):
+        yield label, shape_of(case[0]), case, row_labels
 
 
-def run_suite(runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device, seed: int) -> None:
+def shape_of(x: torch.Tensor) -> inputs.Shape:
+    """The Shape of an operator's first input: (M, N, row stride), or (1, N) for a 1-D tensor."""
+    return inputs.Shape.of(x) if x.dim() == 2 else inputs.Shape(1, x.numel())
+
+
+def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device,
+              seed: int) -> None:
     """Edge shapes and special values for every variant and dtype; a failure bars it from timing."""
-    log("\ncorrectness suite (edge shapes, special values) against torch.softmax in float64")
-    log(f"  tolerances: {check.describe_tolerances()}")
+    log(f"\ncorrectness suite (edge shapes, special values) against the float64 reference ({op.baseline} "
+        "computed in float64 where it has one)")
+    log(f"  tolerances: {check.describe_tolerances(op.tolerances)}")
     for dtype in dtypes:
-        cases = [(label, x, rl, check.reference(x)) for label, x, rl in suite_cases(device, dtype, seed)]
+        cases = [(label, shape, case, rl, op.reference(*case))
+                 for label, shape, case, rl in suite_cases(op, device, dtype, seed)]
         for r in runnable:
             v = r.variant
             worst, count, failures = 0.0, 0, []
             start = time.perf_counter()
-            for label, x, row_labels, ref in cases:
-                if v.skip_reason(inputs.Shape.of(x), dtype):
+            for label, shape, case, row_labels, ref in cases:
+                if v.skip_reason(shape, dtype):
                     continue
-                res = check.check(r.kernel_for(x), x, v.writes_out, ref, row_labels)
+                res = check.check(r.kernel_for(case[0]), case, v.writes_out, ref, row_labels, op)
                 count += 1
                 worst = max(worst, res.worst_ratio)
                 if not res.ok:
@@ -138,19 +151,20 @@ def run_suite(runnable: list[Runnable], dtypes: list[torch.dtype], device: torch
                     f"({time.perf_counter() - start:.1f} s)")
 
 
-def measure_point(r: Runnable, sweep: str, shape: inputs.Shape, x: torch.Tensor, ref: torch.Tensor,
-                  copy: bench.Timing | None, device: torch.device, time_it: bool) -> report.Result:
-    v, dtype = r.variant, x.dtype
-    res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped")
+def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
+                  ref: torch.Tensor, copy: bench.Timing | None, device: torch.device, time_it: bool) -> report.Result:
+    v, dtype = r.variant, case[0].dtype
+    res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
+                        op=op.name)
     if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype):
         res.reason = reason
         return res
     try:
-        kernel = r.kernel_for(x)
+        kernel = r.kernel_for(case[0])
     except Unavailable as e:
         res.reason = str(e)
         return res
-    c = check.check(kernel, x, v.writes_out, ref)
+    c = check.check(kernel, case, v.writes_out, ref, op=op)
     res.worst_ratio, res.rel_norm = c.worst_ratio, c.rel_norm
     if not c.ok:
         res.status, res.reason = "failed", c.summary()
@@ -160,10 +174,10 @@ def measure_point(r: Runnable, sweep: str, shape: inputs.Shape, x: torch.Tensor,
         res.status = "checked"
         res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed" if interpreted else ""
         return res
-    out = torch.empty(x.shape, dtype=dtype, device=device) if v.writes_out else None
-    fn = (lambda: kernel(x, out)) if out is not None else (lambda: kernel(x))
+    out = torch.empty(ref.shape, dtype=dtype, device=device) if v.writes_out else None
+    fn = (lambda: kernel(*case, out)) if out is not None else (lambda: kernel(*case))
     t = bench.time_fn(fn, device)
-    nbytes = bench.moved_bytes(shape.m, shape.n, dtype)
+    nbytes = op.bytes_moved(shape, dtype)
     traffic = v.traffic_for(dtype)
     res.status = "ok"
     res.median_ms, res.p20_ms, res.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
@@ -172,50 +186,53 @@ def measure_point(r: Runnable, sweep: str, shape: inputs.Shape, x: torch.Tensor,
     if copy is not None:
         res.copy_gbps = bench.gbps(nbytes, copy.median_ms)
         res.pct_copy = 100 * res.gbps / res.copy_gbps
-        res.modeled_gbps = res.copy_gbps * traffic.ceiling_fraction()
+        res.modeled_gbps = res.copy_gbps * op.ceiling_fraction(traffic)
         res.pct_modeled = 100 * res.gbps / res.modeled_gbps
     return res
 
 
-def run_sweeps(runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]], dtypes: list[torch.dtype],
-               device: torch.device, args: argparse.Namespace) -> list[report.Result]:
+def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
+               dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace) -> list[report.Result]:
     results: list[report.Result] = []
     total = len(plan) * len(dtypes)
     log(f"\n{'checking' if args.check_only else 'checking, then timing'} {total} points "
         f"({'L2 flushed, median of do_bench' if device.type == 'cuda' else 'CPU wall clock'}); "
-        "GB/s = 2*M*N*itemsize/time")
+        f"GB/s = {op.bytes_formula}/time")
     k = 0
     for dtype in dtypes:
         for sweep, shape in plan:
             k += 1
             start = time.perf_counter()
-            x = inputs.make_input(shape, dtype, device, args.seed)
-            ref = check.reference(x)
-            copy = None if args.check_only else bench.copy_ceiling(shape.m * shape.n, dtype, device)
+            case = op.make_inputs(shape, dtype, device, args.seed)
+            ref = op.reference(*case)
+            copy = None if args.check_only else bench.copy_ceiling(op.bytes_moved(shape, dtype), device)
             point: list[report.Result] = []
             for r in runnable:
                 if r.variant.prepare is not None:
                     r.variant.prepare(results + point)  # e.g. cuda.auto's table from this run so far
-                point.append(measure_point(r, sweep, shape, x, ref, copy, device, not args.check_only))
-            base = next((p for p in point if p.variant == BASELINE and p.median_ms), None)
+                point.append(measure_point(op, r, sweep, shape, case, ref, copy, device, not args.check_only))
+            base = next((p for p in point if p.variant == op.baseline and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
                     p.speedup_vs_torch = base.median_ms / p.median_ms
             results += point
-            del x, ref
+            del case, ref
             cells = "  ".join(f"{p.variant}={report.cell(p)}" for p in point)
             took = time.perf_counter() - start
-            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {shape.label} ({took:.1f} s): {cells}")
+            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}")
             for p in point:
                 if p.status == "failed":
                     log(f"    FAIL {p.variant}: {p.reason}")
     return results
 
 
-def teaching_summary(results: list[report.Result]) -> list[str]:
-    """Percent of each variant's own modeled ceiling at the large-N points of the fixed sweep."""
+def teaching_summary(op: Operator, results: list[report.Result]) -> list[str]:
+    """Percent of each variant's own modeled ceiling at the three largest N of the operator's first
+    GPU sweep."""
     lines = []
-    big = [r for r in results if r.sweep == "fixed" and r.n >= 16384 and r.pct_modeled]
+    sweep = op.gpu_sweeps[0]
+    largest = sorted({r.n for r in results if r.sweep == sweep})[-3:]
+    big = [r for r in results if r.sweep == sweep and r.n in largest and r.pct_modeled]
     for key in dict.fromkeys((r.variant, r.dtype) for r in big):
         pts = [r for r in big if (r.variant, r.dtype) == key]
         desc = ", ".join(f"N={r.n}: {r.gbps:.0f} GB/s = {r.pct_modeled:.0f}%" for r in pts)
@@ -223,20 +240,26 @@ def teaching_summary(results: list[report.Result]) -> list[str]:
     return lines
 
 
-def default_out() -> Path:
-    name = torch.cuda.get_device_name(0) if HAS_GPU else "cpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
-    return ROOT / "results" / slug
+def out_dir(op: Operator, base: Path | None) -> Path | None:
+    """Where an operator's results go: results/<gpu>/ for softmax (the lab's main operator) and
+    results/<gpu>/<operator>/ for the others; the same below --out DIR. None: not saved (CPU, no --out)."""
+    if base is None:
+        if not HAS_GPU:
+            return None
+        name = torch.cuda.get_device_name(0)
+        base = ROOT / "results" / re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
+    return base if op.name == "softmax" else base / op.name
 
 
-def save(results: list[report.Result], env: dict, out: Path, args: argparse.Namespace, absent: list[Variant],
+def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[Variant],
          kernels: list) -> None:
     from lab import resources
 
     out.mkdir(parents=True, exist_ok=True)
     extra = {
         "command": "python -m lab.test " + " ".join(sys.argv[1:]),
-        "tolerances": check.describe_tolerances(),
+        "operator": op.name,
+        "tolerances": check.describe_tolerances(op.tolerances),
         "unavailable": {v.name: v.availability() or "needs a GPU" for v in absent},
         "cuda_resources": [k.as_dict() for k in kernels],
     }
@@ -245,23 +268,23 @@ def save(results: list[report.Result], env: dict, out: Path, args: argparse.Name
         dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), f"{out.name}/results.json at commit "
                                            f"{env['commit']}"), out / dispatch.FILENAME)
     report.write_csv(results, out / "results.csv")
-    md = [f"# softmax-lab results: {env.get('gpu', 'CPU')}", "",
-          f"Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          "GB/s = 2·M·N·itemsize / median time (L2 flushed before each call); in parentheses, percent of a "
+    md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
+          f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
+          f"GB/s = {op.bytes_formula} / median time (L2 flushed before each call); in parentheses, percent of a "
           "device-to-device copy of the same bytes measured in the same run. `-`: skipped (see results.json "
           "for the reason); FAIL: failed the check, not timed.", "", "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs)
+        header, rows = report.table_rows(rs, op.shape_label)
         md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
     for sweep in dict.fromkeys(r.sweep for r in results):
         rs = [r for r in results if r.sweep == sweep]
-        if report.plot(rs, out / f"{sweep}.png", f"{sweep} sweep"):
+        if report.plot(rs, out / f"{sweep}.png", f"{op.name}, {sweep} sweep", op.x_label, op.bytes_formula):
             md += [f"![{sweep} sweep]({sweep}.png)", ""]
-    if summary := teaching_summary(results):
-        md += ["## Percent of each variant's modeled ceiling (fixed sweep, N >= 16384)", "",
-               "Modeled ceiling = copy GB/s x 2 / (reads + writes of the variant's traffic model).", "",
-               "```", *summary, "```", ""]
+    if summary := teaching_summary(op, results):
+        md += [f"## Percent of each variant's modeled ceiling ({op.gpu_sweeps[0]} sweep, largest N)", "",
+               f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model).",
+               "", "```", *summary, "```", ""]
     if kernels:
         md += ["## CUDA kernels: resources (nvcc -Xptxas -v, sm_90)", "",
                "| kernel | registers | smem bytes | stack bytes | spill bytes |", "|---|---|---|---|---|",
@@ -269,6 +292,67 @@ def save(results: list[report.Result], env: dict, out: Path, args: argparse.Name
                  f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in kernels), ""]
     (out / "report.md").write_text("\n".join(md))
     log(f"\nsaved {out}/results.json, results.csv, report.md and plots")
+
+
+def summary_ratio(op: Operator) -> str:
+    return f"{op.min_traffic.reads + op.min_traffic.writes:g}"
+
+
+def plan_for(op: Operator, args: argparse.Namespace) -> list[tuple[str, inputs.Shape]]:
+    if args.shapes:
+        return [("custom", s) for s in args.shapes]
+    default = (["quick"] if args.quick else list(op.gpu_sweeps)) if HAS_GPU else ["cpu"]
+    sweeps = args.sweep or default
+    if missing := [s for s in sweeps if s not in op.sweeps]:
+        sys.exit(f"{op.name} has no sweep {', '.join(missing)}; its sweeps are {', '.join(op.sweeps)}")
+    return [(s, shape) for s in sweeps for shape in op.sweeps[s]]
+
+
+def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, env: dict) -> int:
+    """Select, check and time one operator's variants, print the tables and save them; 1 if a check failed."""
+    runnable, absent = select(op, args, device)
+    if args.list:
+        return 0
+    dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
+    plan = plan_for(op, args)
+    start = time.perf_counter()
+    run_suite(op, runnable, dtypes, device, args.seed)
+    results = run_sweeps(op, runnable, plan, dtypes, device, args)
+    if HAS_GPU:
+        env.update(clocks_under_load())
+    for (sweep, dtype), rs in report.grouped(results).items():
+        header, rows = report.table_rows(rs, op.shape_label)
+        log(f"\n{op.name}, {sweep} sweep, {dtype}: GB/s (% of copy ceiling); '-' skipped, FAIL failed the check")
+        log(report.text_table(header, rows))
+    if summary := teaching_summary(op, results):
+        log(f"\npercent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes)), {op.gpu_sweeps[0]} sweep, "
+            "largest N:")
+        log("\n".join(summary))
+    skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
+    if skipped:
+        log("\nskipped: " + "; ".join(f"{v}: {why}" for v, why in sorted(skipped)))
+    if absent:
+        log("not run: " + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent))
+    failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
+                    | {(r.variant.name, d) for r in runnable for d in r.failed})
+    log(f"\n{op.name}: {len(results)} points in {time.perf_counter() - start:.0f} s; "
+        + (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed else "all checks passed"))
+    ALL_RESULTS.extend(results)
+    out = out_dir(op, args.out)
+    if out and not args.no_save:
+        from lab import resources as res_mod
+
+        ks = []
+        if res_mod.find_nvcc():
+            try:
+                ks = res_mod.report_all()
+            except res_mod.CompileError as e:
+                log(f"resources: {e}")
+        save(op, results, env, out, absent, ks)
+    return 1 if failed else 0
+
+
+ALL_RESULTS: list[report.Result] = []  # every operator's results of this run, for --json and --csv
 
 
 def print_resources() -> list:
@@ -316,53 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     log(f"softmax-lab on {env.get('gpu', 'CPU (no GPU: torch on CPU, Triton interpreted)')}: torch {env['torch']}, "
         f"triton {env['triton']}, commit {env['commit'][:12]}")
-    runnable, absent = select(args, device)
-    if args.list:
-        return 0
-    dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
-    if args.shapes:
-        plan = [("custom", s) for s in args.shapes]
-    else:
-        default = (["quick"] if args.quick else ["fixed", "tutorial"]) if HAS_GPU else ["cpu"]
-        sweeps = args.sweep or default
-        plan = [(s, shape) for s in sweeps for shape in inputs.SWEEPS[s]]
-    start = time.perf_counter()
-    run_suite(runnable, dtypes, device, args.seed)
-    results = run_sweeps(runnable, plan, dtypes, device, args)
-    if HAS_GPU:
-        env.update(clocks_under_load())
-    for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs)
-        log(f"\n{sweep} sweep, {dtype}: GB/s (% of copy ceiling); '-' skipped, FAIL failed the check")
-        log(report.text_table(header, rows))
-    if summary := teaching_summary(results):
-        log("\npercent of modeled ceiling (copy x 2 / (reads + writes)), fixed sweep, N >= 16384:")
-        log("\n".join(summary))
-    skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
-    if skipped:
-        log("\nskipped: " + "; ".join(f"{v}: {why}" for v, why in sorted(skipped)))
-    if absent:
-        log("not run: " + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent))
-    failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
-                    | {(r.variant.name, d) for r in runnable for d in r.failed})
-    log(f"\n{len(results)} points in {time.perf_counter() - start:.0f} s; "
-        + (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed else "all checks passed"))
-    out = args.out or (default_out() if HAS_GPU else None)
+    ops = list(OPERATORS.values()) if args.op == "all" else [OPERATORS[args.op]]
+    ALL_RESULTS.clear()
+    status = 0
+    for op in ops:
+        status |= run_operator(op, args, device, env)
     if args.json:
-        report.write_json(results, env, {}, args.json)
+        report.write_json(ALL_RESULTS, env, {}, args.json)
     if args.csv:
-        report.write_csv(results, args.csv)
-    if out and not args.no_save:
-        from lab import resources as res_mod
-
-        ks = []
-        if res_mod.find_nvcc():
-            try:
-                ks = res_mod.report_all()
-            except res_mod.CompileError as e:
-                log(f"resources: {e}")
-        save(results, env, out, args, absent, ks)
-    return 1 if failed else 0
+        report.write_csv(ALL_RESULTS, args.csv)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine does, in modes that each fit one device call (10 minutes):
 #   bash scripts/h200.sh quick    build, the quick sweep, then the checks below
-#   bash scripts/h200.sh lab      build, then the full lab: both sweeps, float32 and bfloat16
+#   bash scripts/h200.sh lab [ARGS]  build, then the full lab: both sweeps, float32 and bfloat16 (ARGS go to
+#                                 python -m lab.test, e.g. --op vector_add: results in $OUT/h200/vector_add)
 #   bash scripts/h200.sh checks   build, the resource report, the whole pytest suite (GPU tests
 #                                 included) and compute-sanitizer memcheck + racecheck
 #   bash scripts/h200.sh full     lab, then checks
@@ -15,6 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-quick}
+shift || true
 OUT=${OUT:-build/h200}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHON=${PYTHON:-python3} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # scripts/ import lab
@@ -63,7 +65,7 @@ tune() {
 build || exit 1
 case "$MODE" in
   quick) lab --quick; checks ;;
-  lab) lab ;;
+  lab) lab "$@" ;;
   checks) checks ;;
   full) lab; checks ;;
   tune) tune ;;

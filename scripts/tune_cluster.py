@@ -23,6 +23,7 @@ import torch
 
 from lab import bench, check, inputs
 from lab.backends.cuda_variants import load_extension
+from lab.operators.softmax import SOFTMAX
 from lab.registry import dtype_name
 
 CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -54,9 +55,9 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     """Every candidate configuration at one point, checked then timed, with references for scale."""
     tuned = torch.ops.lab_tune.cluster
     x = inputs.make_input(shape, dtype, "cuda")
-    ref = check.reference(x)
-    nbytes = bench.moved_bytes(shape.m, shape.n, dtype)
-    copy = bench.gbps(nbytes, bench.copy_ceiling(shape.m * shape.n, dtype, x.device).median_ms)
+    ref = SOFTMAX.reference(x)
+    nbytes = SOFTMAX.bytes_moved(shape, dtype)
+    copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype)), "configs": []}
     for i, c in candidates(shape.n, dtype, shapes):

@@ -7,6 +7,7 @@ import torch
 
 from lab import check, inputs
 from lab.inputs import Shape
+from lab.operators.softmax import SOFTMAX
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = ["float32", "float16", "bfloat16"]
@@ -77,7 +78,7 @@ def test_names_the_special_row_that_is_wrong():
 
 def test_catches_small_error_everywhere(x):
     """Every element off by three times the float32 rtol is caught: the tolerance is not loose."""
-    rtol = check.TOLERANCES[torch.float32].rtol
+    rtol = SOFTMAX.tolerances[torch.float32].rtol
     res = check.check(lambda x: softmax(x) * (1 + 3 * rtol), x, writes_out=False)
     assert_fails(res)
     assert 1 < res.worst_ratio < 5
@@ -211,7 +212,7 @@ def test_torch_softmax_passes_edge_shapes(shape, dtype):
     x = inputs.make_input(shape, dtype, "cpu")
     res = check.check(softmax, x, writes_out=False)
     assert res.ok, res.summary()
-    assert res.worst_ratio <= 1 and res.rel_norm <= check.TOLERANCES[dtype].norm_tol
+    assert res.worst_ratio <= 1 and res.rel_norm <= SOFTMAX.tolerances[dtype].norm_tol
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -219,7 +220,7 @@ def test_torch_softmax_passes_edge_shapes(shape, dtype):
 def test_torch_softmax_passes_special_rows(n, dtype):
     x, labels = inputs.special_input(n, dtype, "cpu")
     y = softmax(x)
-    ref = check.reference(x)
+    ref = SOFTMAX.reference(x)
     assert torch.equal(y.isnan(), ref.isnan()), "NaN exactly where torch's float64 softmax has NaN"
     res = check.compare(y, ref, dtype, labels)
     assert res.ok, res.summary()
@@ -237,12 +238,12 @@ def test_torch_softmax_passes_with_out(dtype):
 
 def test_compare_empty_batch():
     x = torch.empty(0, 7)
-    res = check.compare(x, check.reference(x), torch.float32)
+    res = check.compare(x, SOFTMAX.reference(x), torch.float32)
     assert res.ok and res.worst_ratio == 0
 
 
 def test_compare_uses_the_given_reference(x):
-    wrong_ref = check.reference(x) * 1.5
+    wrong_ref = SOFTMAX.reference(x) * 1.5
     assert not check.check(softmax, x, writes_out=False, ref=wrong_ref).ok
 
 
@@ -250,14 +251,14 @@ def test_compare_rounding_to_dtype_passes():
     """The float64 reference rounded to each dtype is within tolerance (half an ulp)."""
     for dtype in DTYPES:
         x = inputs.make_input(Shape(8, 1000), dtype, "cpu")
-        ref = check.reference(x)
+        ref = SOFTMAX.reference(x)
         res = check.compare(ref.to(dtype), ref, dtype)
         assert res.ok and res.worst_ratio < 0.5, (dtype, res.summary())
 
 
 def test_tolerances_cover_every_dtype():
-    assert set(check.TOLERANCES) == set(DTYPES)
-    text = check.describe_tolerances()
+    assert set(SOFTMAX.tolerances) == set(DTYPES)
+    text = check.describe_tolerances(SOFTMAX.tolerances)
     for name in DTYPE_IDS:
         assert name in text
 

@@ -84,7 +84,7 @@ def test_bad_arguments(args, message):
 def test_no_matching_variant():
     proc = lab_test("--variant", "nothing.*")
     assert proc.returncode != 0
-    assert "no variant matches" in proc.stderr and "Traceback" not in proc.stderr
+    assert "no softmax variant matches" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_out_writes_results(tmp_path):

@@ -11,6 +11,7 @@ import torch
 from lab import check, inputs
 from lab.backends import cuda_variants
 from lab.inputs import Shape
+from lab.operators.softmax import SOFTMAX
 from lab.registry import BACKENDS, Variant, dtype_name, variants
 
 pytestmark = pytest.mark.gpu
@@ -53,7 +54,7 @@ def test_own_variants_are_available():
 def test_edge_shapes(v, dtype, shape):
     kernel = kernel_for(v, shape, dtype)
     x = inputs.make_input(shape, dtype, "cuda")
-    ref = check.reference(x)
+    ref = SOFTMAX.reference(x)
     res = check.check(kernel, x, v.writes_out, ref)  # into a NaN-poisoned out
     assert res.ok, f"{v.name} {dtype_name(dtype)} {shape.label}: {res.summary()}"
     functional = kernel(x)  # and allocating its own output
@@ -131,7 +132,7 @@ def test_cuda_op_out_returns_out(name):
     out = torch.full_like(x, math.nan)
     y = op.out(x, out=out)
     assert y.data_ptr() == out.data_ptr()
-    assert check.compare(out, check.reference(x), torch.float32).ok
+    assert check.compare(out, SOFTMAX.reference(x), torch.float32).ok
 
 
 @pytest.mark.parametrize("name", [n for n, v in cuda_variants.CUDA_VARIANTS.items() if v.max_n])
@@ -175,7 +176,7 @@ def test_64bit_indexing(v, big_input):
         # The last row starts at element 2^31 (past int32), the one before it ends at 2^31 - 1.
         rows = [0, x.shape[0] // 2, x.shape[0] - 2, x.shape[0] - 1]
         assert (x.shape[0] - 1) * x.stride(0) == 2**31
-        res = check.compare(out[rows], check.reference(x[rows]), x.dtype, [f"row {r}" for r in rows])
+        res = check.compare(out[rows], SOFTMAX.reference(x[rows]), x.dtype, [f"row {r}" for r in rows])
     finally:
         del out
         torch.cuda.empty_cache()
@@ -197,7 +198,7 @@ def test_cluster_plan_thresholds(n, dtype):
     v = cuda_variants.CUDA_VARIANTS["cluster"]
     kernel = kernel_for(v, inputs.Shape(3, n), dtype)
     x = inputs.make_input(inputs.Shape(3, n), dtype, "cuda")
-    res = check.check(kernel, x, v.writes_out, check.reference(x))
+    res = check.check(kernel, x, v.writes_out, SOFTMAX.reference(x))
     assert res.ok, f"N={n} {dtype_name(dtype)} plan {torch.ops.lab_tune.cluster_plan(n, dtype)}: {res.summary()}"
 
 
@@ -206,7 +207,7 @@ def test_cluster_plan_thresholds(n, dtype):
 def test_cuda_variants_on_misaligned_rows(n, dtype):
     """A view starting one element in: rows not 16-byte aligned (cluster takes its streaming path)."""
     x = inputs.make_input(inputs.Shape(4, n + 1), dtype, "cuda")[:, 1:]
-    ref = check.reference(x)
+    ref = SOFTMAX.reference(x)
     for v in GPU_VARIANTS:
         if v.backend == "cuda" and v.skip_reason(inputs.Shape.of(x), dtype) is None:
             res = check.check(v.kernel(), x, v.writes_out, ref)

@@ -69,3 +69,29 @@ register(Variant(
     name="torch.compile", description="torch.compile(torch.softmax), compiled for each shape (Inductor)",
     build=build_compile, traffic=Traffic(1, 1), per_shape=True, **COMMON,
 ))
+
+# --- vector_add -------------------------------------------------------------------------------------
+
+
+def torch_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.add(a, b, out=out)
+
+
+register(Variant(
+    name="torch.add", op="vector_add", backend="torch", runs_on_cpu=True, writes_out=True,
+    description="torch.add(a, b): PyTorch's elementwise kernel (the baseline)",
+    build=lambda: torch_add, traffic=Traffic(2, 1),
+))
+
+# --- softmax_backward ---------------------------------------------------------------------------------
+
+
+def torch_softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+register(Variant(
+    name="torch.softmax_backward", op="softmax_backward", backend="torch", runs_on_cpu=True,
+    description="torch._softmax_backward_data: PyTorch's softmax backward kernel (the baseline)",
+    build=lambda: torch_softmax_backward, traffic=Traffic(2, 1),
+))

@@ -75,3 +75,25 @@ register(Variant(
     description="triton.looped with the L2 eviction hints off: what the hints are worth",
     build=loader("triton_kernels.looped", "softmax_looped_no_hints"), traffic=Traffic(2, 1), **BASE,
 ))
+
+# --- vector_add -------------------------------------------------------------------------------------
+register(Variant(
+    name="triton.tutorial", op="vector_add",
+    description="one program per 1024-element block, masked tail: the Triton tutorial's (the seeds') kernel",
+    build=loader("triton_kernels.vector_add", "vector_add"), traffic=Traffic(2, 1),
+    **{k: v for k, v in BASE.items() if k != "op"},
+))
+
+# --- softmax_backward ------------------------------------------------------------------------------
+BACKWARD = {k: v for k, v in BASE.items() if k != "op"}
+register(Variant(
+    name="triton.fused", op="softmax_backward",
+    description="one program per row, y and dy rows in registers: read each once, write dx once",
+    build=loader("triton_kernels.softmax_backward", "softmax_backward_fused"), traffic=Traffic(2, 1),
+    max_n=16384, max_n_reason="two whole rows must fit in one program's registers", **BACKWARD,
+))
+register(Variant(
+    name="triton.looped", op="softmax_backward",
+    description="any N: a loop over 4096-element chunks for sum(dy * y), then a loop writing dx (2 reads each)",
+    build=loader("triton_kernels.softmax_backward", "softmax_backward_looped"), traffic=Traffic(4, 1), **BACKWARD,
+))

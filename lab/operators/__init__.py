@@ -1,0 +1,83 @@
+"""Operators: the unit of the harness. Each declares its inputs, special cases, float64 reference,
+tolerances, the bytes it must move, its baseline variant and its sweeps; variants register under an
+operator's name (lab.registry is keyed by (operator, variant)).
+
+Adding an operator is adding a module here that calls `register_operator`; `operators()` imports
+every module of this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from lab.check import Tolerance
+from lab.inputs import Shape
+from lab.registry import Traffic
+
+Inputs = tuple[torch.Tensor, ...]
+SpecialCase = tuple[str, Inputs, "list[str] | None"]
+"""(label, inputs, a label per output row or None)."""
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    description: str
+    make_inputs: Callable[[Shape, torch.dtype, torch.device | str, int], Inputs]
+    """The inputs of one point: irregular values, never zeros; strided views padded with NaN."""
+    special_cases: Callable[[torch.dtype, torch.device | str, int], Sequence[SpecialCase]]
+    """Inputs built to hit special values (inf, NaN, extremes) and layouts (misaligned views)."""
+    reference: Callable[..., torch.Tensor]
+    """reference(*inputs): the exact result, computed in float64."""
+    tolerances: dict[torch.dtype, Tolerance]
+    bytes_moved: Callable[[Shape, torch.dtype], int]
+    """The fewest bytes a kernel must move through HBM: the numerator of GB/s."""
+    bytes_formula: str
+    """bytes_moved in words, printed with every table, e.g. "2*M*N*itemsize"."""
+    min_traffic: Traffic
+    """bytes_moved as reads and writes in units of one input's bytes (a variant's ceiling is relative to it)."""
+    baseline: str
+    sweeps: dict[str, tuple[Shape, ...]]
+    gpu_sweeps: tuple[str, ...]
+    """The sweeps run by default on a GPU; `quick` and `cpu` are the others' defaults."""
+    edge_shapes: tuple[Shape, ...]
+    cpu_edge_max_n: int
+    """Edge shapes longer than this are left to the GPU (the Triton interpreter is slow)."""
+    error_scale: Callable[..., torch.Tensor] | None = None
+    """error_scale(*inputs): per element, the magnitude its rounding error grows with (float64), where
+    that is not |reference| (lab/check.py)."""
+    shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
+    x_label: str = "N (row length)"
+
+    def ceiling_fraction(self, traffic: Traffic) -> float:
+        """Fraction of a copy's bandwidth that a variant moving `traffic` can reach at best."""
+        return traffic.ceiling_fraction(self.min_traffic)
+
+
+_OPERATORS: dict[str, Operator] = {}
+
+
+def register_operator(op: Operator) -> Operator:
+    if op.name in _OPERATORS:
+        raise ValueError(f"operator {op.name} is registered twice")
+    _OPERATORS[op.name] = op
+    return op
+
+
+def operators() -> dict[str, Operator]:
+    """Every operator, by name (importing this package's modules registers them)."""
+    for mod in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{mod.name}")
+    return dict(_OPERATORS)
+
+
+def get(name: str) -> Operator:
+    ops = operators()
+    if name not in ops:
+        raise KeyError(f"no operator named {name!r}; the operators are {', '.join(ops)}")
+    return ops[name]

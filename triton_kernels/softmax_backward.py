@@ -1,0 +1,81 @@
+"""softmax_backward: dx = y * (dy - sum(dy * y)) per row, in Triton.
+
+fused: one program per row, the whole row of y and dy in registers (block = next power of two of N):
+read y and dy once, write dx once (3*M*N*itemsize bytes). N <= MAX_N (two rows must fit the
+registers). looped: any N; one program per row, a first loop over CHUNK-sized chunks accumulates
+s = sum(dy * y), a second re-reads y and dy and writes dx: 2 reads of each, 1 write.
+64-bit row offsets; float32 arithmetic whatever the dtype; row strides may differ from N.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from triton_kernels.common import prepare
+from triton_kernels.fused import num_warps_for
+
+MAX_N = 16384  # two rows of up to 16384 elements in one program's registers (as fused's 32768 for one)
+CHUNK = 4096
+
+
+@triton.jit
+def backward_fused_kernel(y_ptr, dy_ptr, dx_ptr, y_stride, dy_stride, dx_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    y = tl.load(y_ptr + row * y_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * dy_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sum(dy * y, axis=0)
+    tl.store(dx_ptr + row * dx_stride + cols, (y * (dy - s)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def backward_looped_kernel(y_ptr, dy_ptr, dx_ptr, y_stride, dy_stride, dx_stride, n_cols, CHUNK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    y_row, dy_row, dx_row = y_ptr + row * y_stride, dy_ptr + row * dy_stride, dx_ptr + row * dx_stride
+    cols = tl.arange(0, CHUNK)
+    acc = tl.zeros([CHUNK], dtype=tl.float32)  # per-lane partial sums, reduced once after the loop
+    for start in range(0, n_cols, CHUNK):
+        mask = start + cols < n_cols
+        y = tl.load(y_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        acc += dy * y
+    s = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, CHUNK):
+        mask = start + cols < n_cols
+        y = tl.load(y_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_row + start + cols, (y * (dy - s)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def _prepare(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, name: str) -> torch.Tensor:
+    out = prepare(y, out, name)
+    prepare(dy, None, name)  # the same checks on dy (2-D, dtype, contiguous rows)
+    if dy.shape != y.shape or dy.dtype != y.dtype or dy.device != y.device:
+        raise ValueError(f"{name}: dy must match y in shape, dtype and device")
+    return out
+
+
+def softmax_backward_fused(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    out = _prepare(y, dy, out, "triton.fused")
+    rows, cols = y.shape
+    if cols > MAX_N:
+        raise ValueError(f"triton.fused: rows of {cols} elements exceed the {MAX_N} that fit in one program")
+    if y.numel():
+        block = triton.next_power_of_2(cols)
+        backward_fused_kernel[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols, BLOCK=block,
+                                       num_warps=num_warps_for(block))
+    return out
+
+
+def softmax_backward_looped(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None = None,
+                            chunk: int = CHUNK) -> torch.Tensor:
+    """chunk: elements per loop step (a power of two; smaller ones let tests cross chunk borders cheaply)."""
+    out = _prepare(y, dy, out, "triton.looped")
+    if chunk < 1 or chunk & (chunk - 1):
+        raise ValueError(f"triton.looped: chunk must be a power of two, got {chunk}")
+    rows, cols = y.shape
+    if y.numel():
+        backward_looped_kernel[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols, CHUNK=chunk,
+                                        num_warps=8)
+    return out
