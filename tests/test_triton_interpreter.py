@@ -17,7 +17,7 @@ triton = pytest.importorskip("triton")
 
 from lab import check  # noqa: E402
 from lab.registry import variants  # noqa: E402
-from triton_kernels import fused, looped, multirow, persistent  # noqa: E402
+from triton_kernels import common, fused, looped, multirow, persistent  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning"),
@@ -152,7 +152,7 @@ def test_max_n_matches_the_registry(v):
 
 @pytest.mark.parametrize(("block", "warps"), [(1, 4), (1024, 4), (2048, 8), (4096, 16), (65536, 16)])
 def test_num_warps_for(block, warps):
-    assert fused.num_warps_for(block) == warps
+    assert common.num_warps_for(block) == warps
 
 
 # --- multirow: several rows per program ---------------------------------------------------------

@@ -20,3 +20,12 @@ def prepare(x: torch.Tensor, out: torch.Tensor | None, name: str) -> torch.Tenso
     if out.shape[1] > 1 and out.stride(1) != 1:
         raise ValueError(f"{name}: out's last dimension must be contiguous")
     return out
+
+
+def num_warps_for(block: int) -> int:
+    """More warps for wider rows so each thread holds at most a few dozen elements (tutorial rule)."""
+    if block >= 4096:
+        return 16
+    if block >= 2048:
+        return 8
+    return 4

@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kernels.common import prepare
+from triton_kernels.autograd import differentiable
+from triton_kernels.common import num_warps_for, prepare
 
 MAX_N = 65536
 
@@ -27,15 +28,7 @@ def softmax_fused_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, BLOCK
     tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def num_warps_for(block: int) -> int:
-    """More warps for wider rows so each thread holds at most a few dozen elements (tutorial rule)."""
-    if block >= 4096:
-        return 16
-    if block >= 2048:
-        return 8
-    return 4
-
-
+@differentiable
 def softmax_fused(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     out = prepare(x, out, "triton.fused")
     rows, cols = x.shape

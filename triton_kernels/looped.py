@@ -40,6 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kernels.autograd import differentiable
 from triton_kernels.common import prepare
 
 MAX_N = None  # no limit: rows longer than a chunk take more iterations
@@ -92,6 +93,7 @@ def launch_config(n_cols: int, itemsize: int) -> tuple[int, int]:
     return block, min(16, max(4, block // (32 * ELEMENTS_PER_THREAD)))
 
 
+@differentiable
 def softmax_looped(
     x: torch.Tensor, out: torch.Tensor | None = None, eviction_hints: bool = True, *, block: int | None = None
 ) -> torch.Tensor:
@@ -112,6 +114,7 @@ def softmax_looped(
     return out
 
 
+@differentiable
 def softmax_looped_no_hints(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """softmax_looped without eviction hints: the baseline that shows what the hints do."""
     return softmax_looped(x, out, eviction_hints=False)

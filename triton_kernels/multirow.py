@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from triton_kernels.autograd import differentiable
 from triton_kernels.common import prepare
 
 MAX_N = 32768  # the last power of two that compiles without spills (see above)
@@ -71,6 +72,7 @@ def launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> t
     return block_n, rows, num_warps
 
 
+@differentiable
 def softmax_multirow(
     x: torch.Tensor, out: torch.Tensor | None = None, *, rows_per_program: int | None = None
 ) -> torch.Tensor:

@@ -17,8 +17,9 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from triton_kernels.common import prepare
-from triton_kernels.fused import MAX_N, num_warps_for
+from triton_kernels.autograd import differentiable
+from triton_kernels.common import num_warps_for, prepare
+from triton_kernels.fused import MAX_N
 
 INTERPRETER_PROGRAMS = 4
 
@@ -71,6 +72,7 @@ def launch_config(x_dtype: torch.dtype, block: int, num_warps: int, device_index
     raise OutOfResources(0, 0, f"shared memory for a row of {block} elements")
 
 
+@differentiable
 def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     out = prepare(x, out, "triton.persistent")
     rows, cols = x.shape

@@ -11,8 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kernels.common import prepare
-from triton_kernels.fused import num_warps_for
+from triton_kernels.common import num_warps_for, prepare
 
 MAX_N = 16384  # two rows of up to 16384 elements in one program's registers (as fused's 32768 for one)
 CHUNK = 4096

@@ -21,7 +21,7 @@ def load_extension() -> None:
         torch.library.register_fake(f"lab::{name}")(
             lambda x: torch.empty_like(x, memory_format=torch.contiguous_format)
         )
-        # Differentiable: dx = y * (dy - sum(dy * y)) per row, PyTorch's softmax backward on the saved y.
+        # Differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
         torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
     from lab import dispatch
 
@@ -34,8 +34,13 @@ def _save_output(ctx, inputs, output) -> None:
 
 
 def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+    """The lab's softmax backward (triton_kernels/softmax_backward.py), or PyTorch's without Triton."""
     (y,) = ctx.saved_tensors
-    return torch._softmax_backward_data(grad, y, -1, y.dtype)
+    try:
+        from triton_kernels.autograd import softmax_backward
+    except ImportError:
+        return torch._softmax_backward_data(grad, y, -1, y.dtype)
+    return softmax_backward(y, grad)
 
 
 def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: str = ""):

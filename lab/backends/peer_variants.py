@@ -75,12 +75,16 @@ def _import_failed(package: str, e: Exception) -> Unavailable:
 def build_quack() -> Kernel:
     _needs("quack", "quack-kernels")
     try:
-        # The forward function itself: `quack.softmax` wraps it in an autograd Function, which a
-        # forward-only benchmark does not need.
-        from quack.softmax import softmax_fwd
+        # The forward function itself, for the benchmark; `quack.softmax`, its autograd Function (with
+        # QuACK's backward), where a gradient is wanted, so that none is silently missing.
+        from quack.softmax import softmax, softmax_fwd
     except Exception as e:  # any failure inside the optional package makes the peer unavailable
         raise _import_failed("quack-kernels", e) from e
-    return softmax_fwd
+
+    def quack_softmax(x: torch.Tensor) -> torch.Tensor:
+        return softmax(x) if torch.is_grad_enabled() and x.requires_grad else softmax_fwd(x)
+
+    return quack_softmax
 
 
 def build_liger() -> Kernel:

@@ -1,0 +1,106 @@
+"""Gradients through the lab's softmax: every Triton entry (under the interpreter here), every CUDA op
+and lab.softmax (on a GPU) give torch's gradient, out= calls refuse to hide a missing gradient, and a
+small attention block trains step for step like the same block with torch.softmax."""
+
+import pytest
+import torch
+
+from lab import check, operators
+from lab.inputs import Shape, make_input, special_input
+from lab.registry import variants
+
+BACKWARD = operators.get("softmax_backward")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def own_softmax_entries():
+    """The lab's differentiable forward entries that can run here: Triton (interpreted without a GPU),
+    CUDA ops with a GPU."""
+    return [v for v in variants("softmax", backends=["triton", "cuda"])
+            if v.availability() is None and (DEVICE == "cuda" or v.runs_on_cpu)]
+
+
+def grad_of(forward, x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    x = x.detach().clone().requires_grad_()
+    y = forward(x)
+    assert y.grad_fn is not None, "no gradient recorded"
+    y.backward(dy)
+    return x.grad
+
+
+def cases(dtype):
+    yield "3x37", make_input(Shape(3, 37), dtype, DEVICE, 1)
+    yield "2x1000/1040", make_input(Shape(2, 1000, 1040), dtype, DEVICE, 2)
+    x, labels = special_input(33, dtype, DEVICE, 3)
+    yield "special rows", x
+
+
+@pytest.mark.parametrize("v", own_softmax_entries(), ids=lambda v: v.name)
+def test_gradient_matches_torch(v):
+    dtype = torch.float32
+    kernel = v.kernel()
+    for label, x in cases(dtype):
+        if v.skip_reason(Shape.of(x), dtype):
+            continue
+        dy = torch.randn(x.shape, dtype=dtype, device=DEVICE)
+        y64 = torch.softmax(x.double(), -1)
+        ref = BACKWARD.reference(y64, dy)
+        got = grad_of(lambda t: kernel(t), x, dy)
+        res = check.compare(got, ref, dtype, None, BACKWARD.tolerances, BACKWARD.error_scale(y64, dy))
+        assert res.ok, f"{v.name} {label}: {res.summary()}"
+
+
+@pytest.mark.parametrize("v", own_softmax_entries(), ids=lambda v: v.name)
+def test_out_call_on_a_tensor_that_requires_grad_raises(v):
+    x = make_input(Shape(2, 16), torch.float32, DEVICE).requires_grad_()
+    with pytest.raises(RuntimeError, match="cannot be differentiated|out="):
+        v.kernel()(x, torch.empty(2, 16, device=DEVICE))
+
+
+class TinyAttention(torch.nn.Module):
+    """One self-attention block (a single head) and a linear read-out, with a pluggable softmax."""
+
+    def __init__(self, softmax, d: int = 16):
+        super().__init__()
+        self.softmax = softmax
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        attn = self.softmax(scores.reshape(-1, scores.shape[-1])).reshape(scores.shape)
+        return self.out(attn @ v).mean()
+
+
+def train(softmax, steps: int = 5) -> list[float]:
+    torch.manual_seed(0)
+    model = TinyAttention(softmax).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2, 8, 16, device=DEVICE)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (model(x) - 1.0) ** 2
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_small_model_trains_like_torch():
+    """The Triton fused entry (interpreted here; compiled on a GPU) in place of torch.softmax."""
+    from triton_kernels.fused import softmax_fused
+
+    expected = train(lambda s: torch.softmax(s, -1))
+    got = train(softmax_fused)
+    assert got == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    assert expected[-1] < expected[0], "the block should learn something in five steps"
+
+
+@pytest.mark.gpu
+def test_small_model_trains_with_lab_softmax_like_torch():
+    import lab
+
+    expected = train(lambda s: torch.softmax(s, -1))
+    assert train(lab.softmax) == pytest.approx(expected, rel=1e-4, abs=1e-7)
