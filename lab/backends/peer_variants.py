@@ -42,16 +42,17 @@ QUACK_SLICE_BYTES = 220 * 1024
 LIGER_MAX_N = 65536
 
 
-def quack_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
-    """Why QuACK cannot take this shape in this dtype, or None."""
+def quack_shape_reason(shape: Shape, dtype: torch.dtype, tensors: int = 1) -> str | None:
+    """Why QuACK cannot take this shape in this dtype, or None. tensors: the row tiles it holds in
+    shared memory at once (the forward: x; the backward: y and dy)."""
     size = dtype.itemsize
     per_vector = QUACK_VECTOR_BYTES // size
     if shape.n % per_vector:
         return f"N % {per_vector} != 0: QuACK moves rows in 16-byte vectors (N * {size} bytes must be a multiple of 16)"
     if shape.stride % per_vector:
         return f"row stride % {per_vector} != 0: QuACK needs every row to start on a 16-byte boundary"
-    if shape.n * size > QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES:
-        longest = QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES // size
+    if shape.n * size * tensors > QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES:
+        longest = QUACK_MAX_CLUSTER * QUACK_SLICE_BYTES // (size * tensors)
         return f"N > {longest}: the row must fit in the shared memory of a cluster of {QUACK_MAX_CLUSTER} CTAs"
     return None
 
@@ -115,4 +116,27 @@ register(Variant(
     description="Liger-Kernel softmax: Triton single-block kernel (one program per row, row in registers)",
     build=build_liger, max_n=LIGER_MAX_N,
     max_n_reason="Liger-Kernel raises past 65536: the row must fit in one program's registers", **COMMON,
+))
+
+
+# --- softmax_backward --------------------------------------------------------------------------------
+
+
+def build_quack_backward() -> Kernel:
+    _needs("quack", "quack-kernels")
+    try:
+        from quack.softmax import softmax_bwd
+    except Exception as e:  # any failure inside the optional package makes the peer unavailable
+        raise _import_failed("quack-kernels", e) from e
+
+    def quack_softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        return softmax_bwd(dy, y)  # QuACK takes (dy, y)
+
+    return quack_softmax_backward
+
+
+register(Variant(
+    name="peer.quack", op="softmax_backward", backend="peer", traffic=Traffic(2, 1), writes_out=False,
+    description="QuACK softmax_bwd: y and dy rows in shared memory (cluster-split past 8192 elements), one pass",
+    build=build_quack_backward, shape_reason=lambda shape, dtype: quack_shape_reason(shape, dtype, tensors=2),
 ))
