@@ -54,8 +54,8 @@ if [ "$("$PY" -c 'import torch; print(torch.version.cuda or "")')" = "" ]; then
 fi
 
 stamp=build/softmax-lab.stamp
-state=$( { cat setup.py; find csrc -type f | sort | xargs cat; \
-           echo "${CUDA_ARCH:-}|${TORCH_CUDA_ARCH_LIST:-}|${DEBUG:-}"; "$PY" -c 'import torch; print(torch.__version__)'; } \
+state=$( { cat setup.py; find csrc -type f | sort; find csrc -type f | sort | xargs cat; \
+           echo "${CUDA_ARCH:-}|${TORCH_CUDA_ARCH_LIST:-}|${DEBUG:-}|${LAB_OPS:-}"; "$PY" -c 'import torch; print(torch.__version__)'; } \
          | sha256sum | cut -d' ' -f1)
 if ls lab/_C*.so >/dev/null 2>&1 && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$state" ]; then
   say "lab._C is up to date ($(ls lab/_C*.so))"; exit 0

@@ -1,8 +1,11 @@
-// The only file that sees torch: validates inputs once, maps the dtype, picks the current stream,
-// and registers every CUDA variant of LAB_SOFTMAX_VARIANTS as two operators,
-//   torch.ops.lab.<name>(Tensor x) -> Tensor
-//   torch.ops.lab.<name>.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)
-// Softmax is taken over the last dimension of a 2-D tensor.
+// The only file that sees torch: validates each operator's inputs once, maps the dtype, picks the
+// current stream, and registers every CUDA variant of every operator (the generated lists of
+// lab/variants.h, one per csrc/<operator>/ folder) as two operators each:
+//   softmax:          torch.ops.lab.<name>(Tensor x) -> Tensor
+//   vector_add:       torch.ops.lab.vector_add_<name>(Tensor a, Tensor b) -> Tensor
+//   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
+// and each with an `.out` overload taking `*, Tensor(a!) out`. Softmax is taken over the last
+// dimension of a 2-D tensor; torch.ops.lab.softmax is auto, the dispatching entry.
 #include <Python.h>
 
 #include <climits>
@@ -14,10 +17,35 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "lab/tune.h"
 #include "lab/launch.h"
+#include "lab/tune.h"
+#include "lab/variants.h"
+
+#ifndef LAB_SOFTMAX_VARIANTS
+#define LAB_SOFTMAX_VARIANTS(X)
+#endif
+#ifndef LAB_VECTOR_ADD_VARIANTS
+#define LAB_VECTOR_ADD_VARIANTS(X)
+#endif
+#ifndef LAB_SOFTMAX_BACKWARD_VARIANTS
+#define LAB_SOFTMAX_BACKWARD_VARIANTS(X)
+#endif
 
 namespace lab {
+
+#define LAB_DECLARE(op, launcher) \
+  cudaError_t launcher(const op& args, cudaStream_t stream);
+#define LAB_DECLARE_SOFTMAX(name) LAB_DECLARE(RowsArgs, softmax_##name)
+#define LAB_DECLARE_VECTOR_ADD(name) LAB_DECLARE(VectorArgs, vector_add_##name)
+#define LAB_DECLARE_SOFTMAX_BACKWARD(name) LAB_DECLARE(RowsGradArgs, softmax_backward_##name)
+LAB_SOFTMAX_VARIANTS(LAB_DECLARE_SOFTMAX)
+LAB_VECTOR_ADD_VARIANTS(LAB_DECLARE_VECTOR_ADD)
+LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DECLARE_SOFTMAX_BACKWARD)
+#undef LAB_DECLARE_SOFTMAX_BACKWARD
+#undef LAB_DECLARE_VECTOR_ADD
+#undef LAB_DECLARE_SOFTMAX
+#undef LAB_DECLARE
+
 namespace {
 
 DType to_lab_dtype(const at::Tensor& t, const char* op) {
@@ -30,89 +58,178 @@ DType to_lab_dtype(const at::Tensor& t, const char* op) {
   }
 }
 
-void check_input(const at::Tensor& x, const char* op) {
-  TORCH_CHECK(x.is_cuda(), "lab::", op, ": expected a CUDA tensor, got one on ", x.device());
-  TORCH_CHECK(x.dim() == 2, "lab::", op, ": expected a 2-D tensor (rows, cols), got ", x.dim(), " dims");
-  to_lab_dtype(x, op);
+// A CUDA tensor of a supported dtype whose last dimension is contiguous, of the given rank.
+void check_tensor(const at::Tensor& t, int64_t dims, const char* op, const char* what) {
+  TORCH_CHECK(t.is_cuda(), "lab::", op, ": expected a CUDA tensor, got one on ", t.device());
+  TORCH_CHECK(t.dim() == dims, "lab::", op, ": expected ", what, " to be ",
+              dims == 2 ? "a 2-D tensor (rows, cols)" : "a 1-D tensor", ", got ", t.dim(), " dims");
+  to_lab_dtype(t, op);
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "lab::", op,
+              ": the last dimension must be contiguous (stride 1), got strides ", t.strides());
+}
+
+// `other` (an out, or a second input) matches `x` in device, dtype and shape.
+void check_like(const at::Tensor& x, const at::Tensor& other, const char* op, const char* xname, const char* what) {
+  TORCH_CHECK(other.device() == x.device(), "lab::", op, ": ", what, " is on ", other.device(), ", ", xname, " on ",
+              x.device());
+  TORCH_CHECK(other.scalar_type() == x.scalar_type(), "lab::", op, ": ", what, " has dtype ", other.scalar_type(),
+              ", ", xname, " has ", x.scalar_type());
+  TORCH_CHECK(other.sizes() == x.sizes(), "lab::", op, ": ", what, " has shape ", other.sizes(), ", ", xname, " has ",
+              x.sizes());
+  TORCH_CHECK(other.size(-1) <= 1 || other.stride(-1) == 1, "lab::", op, ": ", what,
+              "'s last dimension must be contiguous");
+}
+
+void check_rows(const at::Tensor& x, const char* op) {
+  check_tensor(x, 2, op, "x");
   TORCH_CHECK(x.size(1) <= INT_MAX, "lab::", op, ": rows longer than 2^31 - 1 elements are not supported");
-  TORCH_CHECK(x.size(1) <= 1 || x.stride(1) == 1, "lab::", op,
-              ": the last dimension must be contiguous (stride 1), got strides ", x.strides());
+}
+
+// Launch on the current stream and turn its status into an exception that says what happened.
+template <typename Args, typename Launch>
+void launch_checked(Launch&& launch, const Args& args, const at::Tensor& x, const char* op, const char* source,
+                    int64_t length) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
+  // A refused launch (a runtime call that returned an error) also left that error as the runtime's
+  // "last error": clear it, or the next CUDA call anywhere in the process would report it again.
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  // Every argument was checked before, so a launcher's cudaErrorInvalidValue means this variant
+  // cannot take the shape (its limits are in the header of its source).
+  TORCH_CHECK(err != cudaErrorInvalidValue, "lab::", op, ": rows of ", length,
+              " elements are beyond this variant's limit (see csrc/", source, ".cu)");
+  TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
 }
 
 // launch(const RowsArgs&, cudaStream_t) -> cudaError_t: a RowsLauncher, or a lambda around one.
 template <typename Launch>
 void run(Launch&& launch, const at::Tensor& x, at::Tensor& out, const char* op) {
-  TORCH_CHECK(out.device() == x.device(), "lab::", op, ": out is on ", out.device(), ", x on ", x.device());
-  TORCH_CHECK(out.scalar_type() == x.scalar_type(), "lab::", op, ": out has dtype ", out.scalar_type(),
-              ", x has ", x.scalar_type());
-  TORCH_CHECK(out.sizes() == x.sizes(), "lab::", op, ": out has shape ", out.sizes(), ", x has ", x.sizes());
-  TORCH_CHECK(out.size(1) <= 1 || out.stride(1) == 1, "lab::", op, ": out's last dimension must be contiguous");
+  check_like(x, out, op, "x", "out");
   if (x.numel() == 0) return;
-  const c10::cuda::CUDAGuard guard(x.device());
   const RowsArgs args{x.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
                       x.stride(0),  out.stride(0),  to_lab_dtype(x, op)};
-  const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
-  // A refused launch (a runtime call that returned an error) also left that error as the runtime's
-  // "last error": clear it, or the next CUDA call anywhere in the process would report it again.
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  // Every argument was checked above, so a launcher's cudaErrorInvalidValue means this variant
-  // cannot take the shape (its limits are in the header of csrc/softmax/<op>.cu).
-  TORCH_CHECK(err != cudaErrorInvalidValue, "lab::", op, ": rows of ", x.size(1),
-              " elements are beyond this variant's limit (see csrc/softmax/", op, ".cu)");
-  TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
+  launch_checked(launch, args, x, op, (std::string("softmax/") + op).c_str(), x.size(1));
 }
 
+// One operator's two entry points (functional and .out) for a launcher of it.
 template <RowsLauncher L>
-struct Op {
+struct Softmax {
   static at::Tensor functional(const at::Tensor& x, const char* op) {
-    check_input(x, op);
+    check_rows(x, op);
     at::Tensor out = at::empty(x.sizes(), x.options());
     run(L, x, out, op);
     return out;
   }
   static at::Tensor& with_out(const at::Tensor& x, at::Tensor& out, const char* op) {
-    check_input(x, op);
+    check_rows(x, op);
     run(L, x, out, op);
     return out;
+  }
+};
+
+template <VectorLauncher L>
+struct VectorAdd {
+  static at::Tensor& with_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out, const char* op) {
+    check_tensor(a, 1, op, "a");
+    check_like(a, b, op, "a", "b");
+    check_like(a, out, op, "a", "out");
+    if (a.numel() == 0) return out;
+    const VectorArgs args{a.data_ptr(), b.data_ptr(), out.data_ptr(), a.numel(), to_lab_dtype(a, op)};
+    launch_checked(L, args, a, op, op, a.numel());
+    return out;
+  }
+  static at::Tensor functional(const at::Tensor& a, const at::Tensor& b, const char* op) {
+    at::Tensor out = at::empty(a.sizes(), a.options());
+    return with_out(a, b, out, op);
+  }
+};
+
+template <RowsGradLauncher L>
+struct SoftmaxBackward {
+  static at::Tensor& with_out(const at::Tensor& y, const at::Tensor& dy, at::Tensor& out, const char* op) {
+    check_rows(y, op);
+    check_like(y, dy, op, "y", "dy");
+    check_like(y, out, op, "y", "out");
+    if (y.numel() == 0) return out;
+    const RowsGradArgs args{y.data_ptr(),  dy.data_ptr(),  out.data_ptr(), y.size(0),           y.size(1),
+                            y.stride(0),   dy.stride(0),   out.stride(0),  to_lab_dtype(y, op)};
+    launch_checked(L, args, y, op, op, y.size(1));
+    return out;
+  }
+  static at::Tensor functional(const at::Tensor& y, const at::Tensor& dy, const char* op) {
+    at::Tensor out = at::empty(y.sizes(), y.options());
+    return with_out(y, dy, out, op);
   }
 };
 
 }  // namespace
 }  // namespace lab
 
-#define LAB_DEFINE_OPS(name)                                                                        \
+#define LAB_DEF_SOFTMAX(name)                                                                       \
   m.def(#name "(Tensor x) -> Tensor");                                                              \
   m.def(#name ".out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
-// torch.ops.lab.softmax (and .out): auto, the dispatching entry (csrc/softmax/auto.cu).
+#define LAB_DEF_VECTOR_ADD(name)                                                                    \
+  m.def("vector_add_" #name "(Tensor a, Tensor b) -> Tensor");                                      \
+  m.def("vector_add_" #name ".out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+#define LAB_DEF_SOFTMAX_BACKWARD(name)                                                              \
+  m.def("softmax_backward_" #name "(Tensor y, Tensor dy) -> Tensor");                               \
+  m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> Tensor(a!)");
 TORCH_LIBRARY(lab, m) {
-  LAB_SOFTMAX_VARIANTS(LAB_DEFINE_OPS)
-  LAB_DEFINE_OPS(softmax)
+  LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
+  LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
+  LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DEF_SOFTMAX_BACKWARD)
+#ifdef LAB_HAS_SOFTMAX
+  LAB_DEF_SOFTMAX(softmax)  // auto (csrc/softmax/dispatch/auto.cu)
+#endif
 }
-#undef LAB_DEFINE_OPS
+#undef LAB_DEF_SOFTMAX_BACKWARD
+#undef LAB_DEF_VECTOR_ADD
+#undef LAB_DEF_SOFTMAX
 
-#define LAB_IMPL_OPS(name)                                                                          \
-  m.impl(#name, [](const at::Tensor& x) { return lab::Op<lab::softmax_##name>::functional(x, #name); }); \
-  m.impl(#name ".out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                    \
-    return lab::Op<lab::softmax_##name>::with_out(x, out, #name);                                   \
+#define LAB_IMPL_SOFTMAX_AS(op, launcher)                                                           \
+  m.impl(op, [](const at::Tensor& x) { return lab::Softmax<launcher>::functional(x, op); });         \
+  m.impl(op ".out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                        \
+    return lab::Softmax<launcher>::with_out(x, out, op);                                            \
   });
-#define LAB_IMPL_AUTO                                                                              \
-  m.impl("softmax", [](const at::Tensor& x) { return lab::Op<lab::softmax_auto>::functional(x, "softmax"); }); \
-  m.impl("softmax.out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                  \
-    return lab::Op<lab::softmax_auto>::with_out(x, out, "softmax");                                 \
+#define LAB_IMPL_SOFTMAX(name) LAB_IMPL_SOFTMAX_AS(#name, lab::softmax_##name)
+#define LAB_IMPL_VECTOR_ADD(name)                                                                   \
+  m.impl("vector_add_" #name, [](const at::Tensor& a, const at::Tensor& b) {                         \
+    return lab::VectorAdd<lab::vector_add_##name>::functional(a, b, "vector_add_" #name);            \
+  });                                                                                               \
+  m.impl("vector_add_" #name ".out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) -> at::Tensor& { \
+    return lab::VectorAdd<lab::vector_add_##name>::with_out(a, b, out, "vector_add_" #name);         \
   });
-TORCH_LIBRARY_IMPL(lab, CUDA, m) {
-  LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS)
+#define LAB_IMPL_SOFTMAX_BACKWARD(name)                                                             \
+  m.impl("softmax_backward_" #name, [](const at::Tensor& y, const at::Tensor& dy) {                  \
+    return lab::SoftmaxBackward<lab::softmax_backward_##name>::functional(y, dy, "softmax_backward_" #name); \
+  });                                                                                               \
+  m.impl("softmax_backward_" #name ".out",                                                          \
+         [](const at::Tensor& y, const at::Tensor& dy, at::Tensor& out) -> at::Tensor& {             \
+           return lab::SoftmaxBackward<lab::softmax_backward_##name>::with_out(y, dy, out,          \
+                                                                                "softmax_backward_" #name); \
+         });
+#ifdef LAB_HAS_SOFTMAX
+#define LAB_IMPL_AUTO LAB_IMPL_SOFTMAX_AS("softmax", lab::softmax_auto)
+#else
+#define LAB_IMPL_AUTO
+#endif
+#define LAB_IMPL_ALL                                                                                \
+  LAB_SOFTMAX_VARIANTS(LAB_IMPL_SOFTMAX)                                                            \
+  LAB_VECTOR_ADD_VARIANTS(LAB_IMPL_VECTOR_ADD)                                                      \
+  LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_IMPL_SOFTMAX_BACKWARD)                                          \
   LAB_IMPL_AUTO
-}
+TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_IMPL_ALL }
 // On CPU tensors the same entry points run their validation, which rejects them with a clear
 // message instead of the dispatcher's list of backends.
-TORCH_LIBRARY_IMPL(lab, CPU, m) {
-  LAB_SOFTMAX_VARIANTS(LAB_IMPL_OPS)
-  LAB_IMPL_AUTO
-}
+TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
+#undef LAB_IMPL_ALL
 #undef LAB_IMPL_AUTO
-#undef LAB_IMPL_OPS
+#undef LAB_IMPL_SOFTMAX_BACKWARD
+#undef LAB_IMPL_VECTOR_ADD
+#undef LAB_IMPL_SOFTMAX
+#undef LAB_IMPL_SOFTMAX_AS
 
+#ifdef LAB_HAS_SOFTMAX
 // Tuning and explaining the cluster variant's launch table (scripts/tune_cluster.py, --explain):
 //   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor
 //       the resident path with a given shape index and cluster size (errors when the slice does not
@@ -126,7 +243,7 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) {
 namespace {
 template <typename Launch>
 at::Tensor tuned(const at::Tensor& x, const char* op, Launch&& launch) {
-  lab::check_input(x, op);
+  lab::check_rows(x, op);
   at::Tensor out = at::empty(x.sizes(), x.options());
   lab::run(launch, x, out, op);
   return out;
@@ -187,6 +304,8 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
   m.impl("cluster", &tune_cluster);
   m.impl("register_cached", &tune_register_cached);
 }
+
+#endif  // LAB_HAS_SOFTMAX
 
 // `import lab._C` loads this library, whose static initializers register the operators above; the
 // module itself is empty, so the library uses the stable Python ABI only.

@@ -6,7 +6,7 @@ results as results/<gpu>/dispatch_table.json (`python scripts/make_dispatch_tabl
 from a results.json), and installed into the extension when lab._C is loaded on a GPU of that
 model. A shape between measured points takes the entry of the next longer measured row length and,
 among that length's entries, of the next larger measured M (the largest M for more rows). Without a
-table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/auto.cu applies.
+table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/dispatch/auto.cu applies.
 
 A lab run that times `cuda.auto` builds the table as it goes: before auto is timed at a point, the
 table is rebuilt from the results of this run so far, which include every other CUDA variant at
@@ -99,7 +99,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
             near = [e for e in table["entries"].get(name, []) if e[0] >= n][:4]
             lines += [f"  measured N={e[0]} M={e[1]}: cuda.{e[2]} {e[3]} GB/s" for e in near]
     elif source != "table":
-        lines.append("  no table entry for this GPU and dtype: the default rule of csrc/softmax/auto.cu")
+        lines.append("  no table entry for this GPU and dtype: the default rule of csrc/softmax/dispatch/auto.cu")
     if variant == "cluster":
         shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype)
         if shape < 0:

@@ -1,8 +1,9 @@
 """Per-kernel resource report of the CUDA sources, compiled for sm_90 without a GPU.
 
-Each csrc/softmax/*.cu is compiled alone by nvcc with `-Xptxas -v`; ptxas reports, per kernel,
-registers, shared memory, stack frame and spill bytes. A kernel that spills fails the gate
-(tests/test_cuda_compile.py), and `python -m lab.test --resources` prints the table.
+Each variant's source, csrc/<operator>/<variant>.cu, is compiled alone by nvcc with `-Xptxas -v`;
+ptxas reports, per kernel, registers, shared memory, stack frame and spill bytes. A kernel that
+spills fails the gate (tests/test_cuda_compile.py), and `python -m lab.test --resources` prints the
+table.
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ class KernelResources:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def cuda_home() -> str:
+    """The CUDA toolkit's folder, as build.sh finds it: CUDA_HOME, else /usr/local/cuda, else nvcc's."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda"
+    nvcc = find_nvcc()
+    return str(Path(nvcc).resolve().parent.parent) if nvcc else ""
 
 
 def find_nvcc() -> str | None:
@@ -120,7 +131,9 @@ def short_name(kernel: str) -> str:
 
 
 def cuda_sources() -> list[Path]:
-    return sorted((CSRC / "softmax").glob("*.cu"))
+    """Every CUDA variant's source: csrc/<operator>/<variant>.cu (not the operators' other sources, in
+    subfolders, which hold no kernels)."""
+    return sorted(p for d in CSRC.iterdir() if d.is_dir() and d.name != "include" for p in d.glob("*.cu"))
 
 
 def report_all() -> list[KernelResources]:

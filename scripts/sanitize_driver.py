@@ -1,12 +1,15 @@
-"""Runs every CUDA variant on a few small shapes (tails, odd N, strided rows, several block sizes)
-so that compute-sanitizer can watch them: see scripts/sanitize.sh."""
+"""Runs every CUDA variant of every operator on a few small shapes (tails, odd N, strided rows, every
+launch path) so that compute-sanitizer can watch them: see scripts/sanitize.sh. Each result is
+checked against its operator's float64 reference."""
 
+import argparse
 import sys
 
 import torch
 
-from lab.backends.cuda_variants import AUTO, AUTO_OP, CUDA_VARIANTS, load_extension
-from lab.inputs import Shape, make_input
+from lab import check, operators
+from lab.backends.cuda_variants import AUTO, CUDA_OPS, load_extension
+from lab.inputs import Shape
 
 load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
 if not torch.cuda.is_available():
@@ -19,15 +22,26 @@ SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(3, 700), Shape(4,
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
           Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001)]
 
-for name, variant in [*CUDA_VARIANTS.items(), (AUTO_OP, AUTO)]:
-    op = getattr(torch.ops.lab, name)
-    ran = 0
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        # Its limits (row length, per-shape reasons) may depend on the dtype: filter per dtype.
-        for shape in (s for s in SHAPES if variant.skip_reason(s, dtype) is None):
-            x = make_input(shape, dtype, "cuda")
-            y = op(x)
-            torch.cuda.synchronize()
-            assert torch.allclose(y.float().sum(-1), torch.ones(shape.m, device="cuda"), atol=1e-2), (name, shape)
-            ran += 1
-    print(f"{name}: ran {ran} shape and dtype cases", flush=True)
+# The other operators: their own edge shapes (vector lengths for vector_add).
+CASES = {"softmax": SHAPES}
+for op_name in CUDA_OPS:
+    CASES.setdefault(op_name, list(operators.get(op_name).edge_shapes))
+
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("--op", action="append", choices=list(CUDA_OPS), help="only this operator (repeatable)")
+wanted = parser.parse_args().op or list(CUDA_OPS)
+for op_name, variants in CUDA_OPS.items():
+    if op_name not in wanted:
+        continue
+    op = operators.get(op_name)
+    for variant in [*variants.values(), *([AUTO] if op_name == "softmax" else [])]:
+        kernel = variant.kernel()
+        ran = 0
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            # Its limits (row length, per-shape reasons) may depend on the dtype: filter per dtype.
+            for shape in (s for s in CASES[op_name] if variant.skip_reason(s, dtype) is None):
+                case = op.make_inputs(shape, dtype, "cuda", 0)
+                res = check.check(kernel, case, False, op=op)
+                assert res.ok, (variant.name, op_name, shape, res.summary())
+                ran += 1
+        print(f"{op_name} {variant.name}: ran {ran} shape and dtype cases", flush=True)

@@ -17,8 +17,9 @@ from lab import resources
 from lab.backends import cuda_variants
 
 pytestmark = pytest.mark.skipif(resources.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME)")
-# Every torch.ops.lab op: one per CUDA variant, and softmax (cuda.auto, the dispatching entry).
-OPS = [*cuda_variants.CUDA_VARIANTS, cuda_variants.AUTO_OP]
+# Every torch.ops.lab op: one per CUDA variant of every operator, and softmax (cuda.auto).
+OPS = cuda_variants.torch_op_names()
+SOFTMAX_OPS = [*cuda_variants.CUDA_VARIANTS, cuda_variants.AUTO_OP]
 
 # A kernel that keeps 64 floats live at once: under a 24-register cap ptxas must spill them.
 SPILLING_KERNEL = r"""
@@ -63,8 +64,8 @@ def report() -> list[resources.KernelResources]:
 
 def test_every_source_compiles(report):
     """Every variant's source compiles to kernels (report_all raises if any source fails to compile;
-    csrc/softmax/auto.cu, the dispatcher, has none of its own)."""
-    sources = {f"csrc/softmax/{name}.cu" for name in cuda_variants.CUDA_VARIANTS}
+    csrc/softmax/dispatch/auto.cu, the dispatcher, has none of its own)."""
+    sources = {f"csrc/{op}/{name}.cu" for op, names in cuda_variants.CUDA_OPS.items() for name in names}
     assert sources, "no CUDA variants registered"
     assert {k.source for k in report} == sources, "a variant's source without kernels"
 
@@ -94,13 +95,12 @@ def test_every_kernel_is_instantiated_for_each_dtype(report):
 
 
 def test_variant_lists_agree():
-    """CUDA_VARIANTS (Python), LAB_SOFTMAX_VARIANTS (launch.h) and csrc/softmax/<name>.cu agree."""
-    launch_h = (resources.CSRC / "include" / "lab" / "launch.h").read_text()
-    macro = launch_h.split("#define LAB_SOFTMAX_VARIANTS(X)")[1].split("\n\n")[0]
-    in_header = re.findall(r"X\((\w+)\)", macro)
-    assert in_header == list(cuda_variants.CUDA_VARIANTS), "the same variants, in the same (ladder) order"
-    auto_source = cuda_variants.AUTO.name.removeprefix("cuda.")  # the dispatcher, csrc/softmax/auto.cu
-    assert {p.stem for p in resources.cuda_sources()} == {*cuda_variants.CUDA_VARIANTS, auto_source}
+    """The CUDA variants registered in Python are the files csrc/<operator>/<variant>.cu (which setup.py
+    lists for the bindings), operator by operator."""
+    on_disk: dict[str, set[str]] = {}
+    for path in resources.cuda_sources():
+        on_disk.setdefault(path.parent.name, set()).add(path.stem)
+    assert on_disk == {op: set(names) for op, names in cuda_variants.CUDA_OPS.items()}
 
 
 # --- the gate can fail --------------------------------------------------------------------------
@@ -183,10 +183,32 @@ needs_extension = pytest.mark.skipif(not BUILT, reason="lab._C is not built (bas
 def test_extension_imports_and_registers_ops():
     import lab._C  # noqa: F401
 
-    for name in OPS:
+    for name in SOFTMAX_OPS:
         op = getattr(torch.ops.lab, name)
         assert str(op.default._schema) == f"lab::{name}(Tensor x) -> Tensor"
         assert str(op.out._schema) == f"lab::{name}.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)"
+
+
+@needs_extension
+@pytest.mark.parametrize("op", [op for op in cuda_variants.CUDA_OPS if op != "softmax"])
+def test_other_operators_ops(op):
+    """The other operators' ops: their schemas, and a CPU tensor rejected with a clear message."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lab import operators
+
+    cuda_variants.load_extension()
+    inputs = operators.get(op).make_inputs(operators.get(op).sweeps["cpu"][0], torch.float32, "cpu", 0)
+    for name in cuda_variants.CUDA_OPS[op]:
+        torch_name = cuda_variants.torch_op(op, name)
+        schema = getattr(torch.ops.lab, torch_name).default._schema
+        assert schema.name == f"lab::{torch_name}" and len(schema.arguments) == len(inputs), schema
+        assert str(getattr(torch.ops.lab, torch_name).out._schema).endswith("*, Tensor(a!) out) -> Tensor(a!)")
+        with pytest.raises(RuntimeError, match=f"lab::{torch_name}: expected a CUDA tensor, got one on cpu"):
+            getattr(torch.ops.lab, torch_name)(*inputs)
+        with FakeTensorMode():
+            fake = getattr(torch.ops.lab, torch_name)(*(torch.empty(t.shape, dtype=t.dtype) for t in inputs))
+            assert fake.shape == inputs[0].shape and fake.dtype == inputs[0].dtype
 
 
 @needs_extension
@@ -198,7 +220,7 @@ def test_extension_imports_and_registers_ops():
         pytest.param(lambda: torch.ones(4, 10, dtype=torch.int32), id="int32"),
     ],
 )
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
 def test_cpu_tensor_is_rejected(name, make):
     """The device check comes first: a CPU tensor gets a clear message, not the dispatcher's list."""
     import lab._C  # noqa: F401
@@ -243,7 +265,7 @@ def test_fake_implementations():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cuda_variants.load_extension()
-    for name in OPS:
+    for name in SOFTMAX_OPS:
         op = getattr(torch.ops.lab, name)
         with FakeTensorMode():
             y = op(torch.empty(3, 8, dtype=torch.bfloat16)[:, :5])
@@ -253,8 +275,43 @@ def test_fake_implementations():
 
 
 def test_library_sources_need_no_torch():
-    """csrc/softmax/*.cu are framework-free: only bindings.cpp sees torch."""
-    for path in [*(resources.CSRC / "softmax").rglob("*"), *(resources.CSRC / "include").rglob("*")]:
-        if path.is_file():
+    """csrc/<operator>/** and csrc/include are framework-free: only bindings.cpp sees torch."""
+    for path in resources.CSRC.rglob("*"):
+        if path.is_file() and path.name != "bindings.cpp":
             text = path.read_text()
             assert not re.search(r"#include\s*[<\"](torch|ATen|c10)/", text), path
+
+
+@needs_extension
+def test_a_planted_variant_is_found_built_and_registered(tmp_path):
+    """Adding a CUDA variant is one file (plus its registration line in Python): a copy of the sources
+    with a planted csrc/vector_add/planted.cu builds (only that operator, LAB_OPS) into an extension
+    that registers torch.ops.lab.vector_add_planted with its .out overload, and checks its inputs."""
+    root = tmp_path / "lab-copy"
+    shutil.copytree(resources.ROOT / "csrc", root / "csrc")
+    shutil.copy(resources.ROOT / "setup.py", root / "setup.py")
+    (root / "lab").mkdir()
+    source = (root / "csrc" / "vector_add" / "grid_stride.cu").read_text()
+    (root / "csrc" / "vector_add" / "planted.cu").write_text(
+        source.replace("vector_add_grid_stride(", "vector_add_planted("))
+    env = {**os.environ, "LAB_OPS": "vector_add", "MAX_JOBS": "2", "CUDA_HOME": resources.cuda_home()}
+    build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root, env=env,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    header = (root / "build" / "generated" / "lab" / "variants.h").read_text()
+    assert "X(grid_stride) X(planted)" in header and "LAB_HAS_SOFTMAX" not in header
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import torch, lab._C\n"
+         "op = torch.ops.lab.vector_add_planted\n"
+         "print(op.default._schema)\n"
+         "print(op.out._schema)\n"
+         "try:\n    op(torch.ones(3), torch.ones(3))\nexcept RuntimeError as e:\n    print(e)\n"
+         "print(hasattr(torch.ops.lab, 'cluster'))"],
+        cwd=root, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    lines = probe.stdout.splitlines()
+    assert lines[0] == "lab::vector_add_planted(Tensor a, Tensor b) -> Tensor"
+    assert lines[1].startswith("lab::vector_add_planted.out(Tensor a, Tensor b, *, Tensor(a!) out)")
+    assert lines[2].startswith("lab::vector_add_planted: expected a CUDA tensor, got one on cpu")
+    assert lines[3] == "False", "only the operators named in LAB_OPS are built"

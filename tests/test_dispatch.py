@@ -1,4 +1,4 @@
-"""cuda.auto's dispatch table (lab/dispatch.py, csrc/softmax/auto.cu): built from results, installed
+"""cuda.auto's dispatch table (lab/dispatch.py, csrc/softmax/dispatch/auto.cu): built from results, installed
 into the extension, looked up per (dtype, N, M), rebuilt by the script from the committed results."""
 
 import json

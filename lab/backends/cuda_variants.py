@@ -1,4 +1,9 @@
-"""CUDA C++ variants from csrc/softmax/, bound as torch.ops.lab.<name> by the extension lab._C."""
+"""CUDA C++ variants: csrc/<operator>/<variant>.cu, bound by the extension lab._C as
+torch.ops.lab.<variant> (softmax) or torch.ops.lab.<operator>_<variant> (the other operators).
+
+Adding a CUDA variant is its .cu file (setup.py finds it and the bindings register it) plus its one
+`_register` line below, which holds its facts for the harness: traffic, description, limits.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +22,13 @@ def load_extension() -> None:
         import lab._C  # noqa: F401
     except ImportError as e:
         raise Unavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
-    for name in [*CUDA_VARIANTS, AUTO_OP]:
+    for name in (n for n in torch_op_names() if hasattr(torch.ops.lab, n)):  # a build may hold some operators only
+        # Every op returns a contiguous tensor shaped like its first input.
         torch.library.register_fake(f"lab::{name}")(
-            lambda x: torch.empty_like(x, memory_format=torch.contiguous_format)
+            lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
         )
-        # Differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
+    for name in (n for n in [*CUDA_VARIANTS, AUTO_OP] if hasattr(torch.ops.lab, n)):
+        # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
         torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
     from lab import dispatch
 
@@ -43,6 +50,15 @@ def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
     return softmax_backward(y, grad)
 
 
+def torch_op(op: str, name: str) -> str:
+    """The torch.ops.lab name of a variant: softmax's keep their bare names."""
+    return name if op == "softmax" else f"{op}_{name}"
+
+
+def torch_op_names() -> list[str]:
+    return [torch_op(op, name) for op, variants in CUDA_OPS.items() for name in variants] + [AUTO_OP]
+
+
 def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: str = ""):
     def build():
         load_extension()
@@ -54,8 +70,14 @@ def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: s
         functional = getattr(torch.ops.lab, name).default
         with_out = getattr(torch.ops.lab, name).out
 
-        def kernel(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-            return functional(x) if out is None else with_out(x, out=out)
+        def kernel(*inputs: torch.Tensor) -> torch.Tensor:
+            """kernel(*operator inputs) or kernel(*operator inputs, out)."""
+            if len(inputs) > arity:
+                *args, out = inputs
+                return with_out(*args, out=out)
+            return functional(*inputs)
+
+        arity = len(functional._schema.arguments)
 
         return kernel
 
@@ -74,18 +96,20 @@ def rebuild_auto_table(results: list) -> None:
         dispatch.install(dispatch.build_table(results, torch.cuda.get_device_name(0), f"this run ({git_commit()})"))
 
 
-def _register(name: str, traffic: Traffic, description: str, min_capability: tuple[int, int] | None = None,
-              needs: str = "", op: str | None = None, **limits) -> Variant:
-    """Register torch.ops.lab.<name> as the variant cuda.<name>. A row-length limit (max_n,
-    max_n_reason) is the one its launcher enforces; the header of csrc/softmax/<name>.cu says why.
-    min_capability: the GPU generation the kernels need (`needs` says what for)."""
+def _register(name: str, traffic: Traffic, description: str, operator: str = "softmax",
+              torch_name: str | None = None, min_capability: tuple[int, int] | None = None, needs: str = "",
+              **limits) -> Variant:
+    """Register the op of csrc/<operator>/<name>.cu as the variant cuda.<name> of `operator`. A
+    row-length limit (max_n, max_n_reason) is the one its launcher enforces; the header of its .cu says
+    why. min_capability: the GPU generation the kernels need (`needs` says what for)."""
     return register(Variant(
-        op="softmax", name=f"cuda.{name}", backend="cuda", description=description,
-        build=op_kernel(op or name, min_capability, needs), traffic=traffic, writes_out=True, **limits,
+        op=operator, name=f"cuda.{name}", backend="cuda", description=description,
+        build=op_kernel(torch_name or torch_op(operator, name), min_capability, needs), traffic=traffic,
+        writes_out=True, **limits,
     ))
 
 
-# The order is the ladder's, and matches LAB_SOFTMAX_VARIANTS in csrc/include/lab/launch.h.
+# The order is the ladder's (the listing's order).
 CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("three_pass", Traffic(3, 1),
               "block per row; max, sum of exp, write: 3 sweeps, shared-memory tree reductions"),
@@ -104,4 +128,18 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
 # After the variants it dispatches to, so that the runner has timed them at a point before auto.
 AUTO = _register("auto", Traffic(1, 1),
                  "torch.ops.lab.softmax: each (dtype, N, M) to the fastest CUDA variant measured on this GPU "
-                 "(dispatch table), else a default rule", op=AUTO_OP, prepare=rebuild_auto_table)
+                 "(dispatch table), else a default rule", torch_name=AUTO_OP, prepare=rebuild_auto_table)
+
+VECTOR_ADD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
+    _register("grid_stride", Traffic(2, 1), "16-byte accesses, 4 packs of a and b in flight per thread, grid-stride "
+              "loop over a few waves of blocks", operator="vector_add"),
+)}
+SOFTMAX_BACKWARD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
+    _register("two_pass", Traffic(4, 1), "block per row: sum(dy * y), then dx = y * (dy - s): 2 reads of y and dy",
+              operator="softmax_backward"),
+    _register("register_cached", Traffic(2, 1), "y and dy rows in registers (2-32 lanes per short row, a block per "
+              "medium row): 1 read of each, 1 write", operator="softmax_backward", max_n=16384,
+              max_n_reason="two rows must fit in one block's registers (kMaxCols in register_cached.cu)"),
+)}
+# Every CUDA variant by operator and name: the files csrc/<operator>/<name>.cu.
+CUDA_OPS = {"softmax": CUDA_VARIANTS, "vector_add": VECTOR_ADD_VARIANTS, "softmax_backward": SOFTMAX_BACKWARD_VARIANTS}

@@ -1,10 +1,11 @@
-// The framework-free boundary between the kernels (csrc/softmax/*.cu) and the torch bindings.
+// The framework-free boundary between the kernels (csrc/<operator>/<variant>.cu) and the torch
+// bindings (csrc/bindings.cpp).
 //
-// Nothing here knows torch: a launcher takes raw pointers, sizes, strides and a stream, and
-// returns the CUDA error of its launch, or cudaErrorInvalidValue for a shape beyond the variant's
-// limits (stated in the header of its .cu). Adding a CUDA variant is one .cu file defining
-// `softmax_<name>` plus one line in LAB_SOFTMAX_VARIANTS below (and its entry in
-// lab/backends/cuda_variants.py).
+// Nothing here knows torch: a launcher takes raw pointers, sizes, strides and a stream, and returns
+// the CUDA error of its launch, or cudaErrorInvalidValue for a shape beyond the variant's limits
+// (stated in the header of its .cu). Each operator has one argument struct and one launcher type;
+// a variant of operator OP is the file csrc/OP/NAME.cu defining `OP_NAME` (setup.py lists the files
+// per operator in the generated header lab/variants.h, from which the bindings register them).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace lab {
 
 enum class DType : int { kFloat32, kFloat16, kBFloat16 };
 
-// Row-wise operation on a (rows x cols) matrix whose columns are contiguous. Strides are in
+// softmax: row-wise on a (rows x cols) matrix whose columns are contiguous. Strides are in
 // elements and may exceed `cols` (a view of a wider matrix). The bindings guarantee rows >= 1,
 // 1 <= cols <= INT32_MAX, and that x and y do not overlap.
 struct RowsArgs {
@@ -27,19 +28,32 @@ struct RowsArgs {
   int64_t y_row_stride;
   DType dtype;
 };
-
 using RowsLauncher = cudaError_t (*)(const RowsArgs&, cudaStream_t);
 
-// X-macro listing the CUDA softmax variants, in ladder order: each becomes torch.ops.lab.<name>.
-#define LAB_SOFTMAX_VARIANTS(X) \
-  X(three_pass)                 \
-  X(warp_shuffle)               \
-  X(online)                     \
-  X(register_cached)            \
-  X(cluster)
+// vector_add: c = a + b over n >= 1 contiguous elements; the three may start anywhere (any
+// alignment of their first element).
+struct VectorArgs {
+  const void* a;
+  const void* b;
+  void* c;
+  int64_t n;
+  DType dtype;
+};
+using VectorLauncher = cudaError_t (*)(const VectorArgs&, cudaStream_t);
 
-#define LAB_DECLARE_LAUNCHER(name) cudaError_t softmax_##name(const RowsArgs& args, cudaStream_t stream);
-LAB_SOFTMAX_VARIANTS(LAB_DECLARE_LAUNCHER)
-#undef LAB_DECLARE_LAUNCHER
+// softmax_backward: dx = y * (dy - sum(dy * y)) per row; the same guarantees as RowsArgs, each of
+// y, dy and dx with its own row stride.
+struct RowsGradArgs {
+  const void* y;
+  const void* dy;
+  void* dx;
+  int64_t rows;
+  int64_t cols;
+  int64_t y_row_stride;
+  int64_t dy_row_stride;
+  int64_t dx_row_stride;
+  DType dtype;
+};
+using RowsGradLauncher = cudaError_t (*)(const RowsGradArgs&, cudaStream_t);
 
 }  // namespace lab

@@ -44,7 +44,7 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1).
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
-// auto (csrc/softmax/auto.cu): torch.ops.lab.softmax, dispatching each call to a CUDA variant.
+// auto (csrc/softmax/dispatch/auto.cu): torch.ops.lab.softmax, dispatching each call to a CUDA variant.
 cudaError_t softmax_auto(const RowsArgs& args, cudaStream_t stream);
 
 // Install the dispatch table: flat (dtype, max_cols, max_rows, index into names) quadruples, names

@@ -20,8 +20,14 @@
 #include "lab/check.cuh"
 #include "lab/launch.h"
 #include "lab/tune.h"
+#include "lab/variants.h"
 
 namespace lab {
+
+#define LAB_DECLARE(name) cudaError_t softmax_##name(const RowsArgs& args, cudaStream_t stream);
+LAB_SOFTMAX_VARIANTS(LAB_DECLARE)
+#undef LAB_DECLARE
+
 namespace {
 
 #define LAB_LAUNCHER_ENTRY(name) {#name, &softmax_##name},
