@@ -102,12 +102,32 @@ def extension():
     )
 
 
+def buildable() -> str | None:
+    """Why the extension cannot be built here, or None: it needs nvcc and a CUDA build of torch."""
+    import torch
+
+    if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"  # as build.sh: torch's helpers look there too
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    if not torch.version.cuda:
+        return "torch is a CPU-only build"
+    if not CUDA_HOME or not (Path(CUDA_HOME) / "bin" / "nvcc").exists():
+        return "no CUDA toolkit (nvcc) found; set CUDA_HOME"
+    return None
+
+
 if __name__ == "__main__":
+    # Run by `python setup.py build_ext --inplace` (build.sh) and by pip (`pip install
+    # --no-build-isolation [-e] .`, which takes the package's metadata from pyproject.toml).
+    reason = buildable()  # first: it sets CUDA_HOME, which torch reads when cpp_extension is imported
     from torch.utils.cpp_extension import BuildExtension
 
+    if reason:
+        print(f"softmax-lab: the CUDA extension lab._C is not built ({reason}); the CUDA variants will be "
+              "listed as unavailable", flush=True)
     setup(
-        name="softmax-lab-ext",
-        ext_modules=[extension()],
+        ext_modules=[] if reason else [extension()],
         cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
         options={"bdist_wheel": {"py_limited_api": "cp310"}},
     )

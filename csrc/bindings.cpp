@@ -237,7 +237,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages] per shape, flattened
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster, persistent]
-//   torch.ops.lab_tune.set_auto_table(str[] names, int[] flat)  auto's dispatch table (lab/dispatch.py)
+//   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
+//       (lab/dispatch.py)
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
 //       "default rule"]
 namespace {
@@ -269,9 +270,10 @@ std::vector<int64_t> tune_cluster_shapes() {
   return flat;
 }
 
-void tune_set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat) {
+void tune_set_auto_table(const std::string& gpu, const std::vector<std::string>& names,
+                         const std::vector<int64_t>& flat) {
   std::string error;
-  TORCH_CHECK(lab::set_auto_table(names, flat, &error), "lab_tune::set_auto_table: ", error);
+  TORCH_CHECK(lab::set_auto_table(gpu, names, flat, &error), "lab_tune::set_auto_table: ", error);
 }
 
 std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype) {
@@ -293,7 +295,7 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("register_cached(Tensor x, bool persistent) -> Tensor");
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
   m.def("cluster_plan(int cols, ScalarType dtype) -> int[]", &tune_cluster_plan);
-  m.def("set_auto_table(str[] names, int[] flat) -> ()", &tune_set_auto_table);
+  m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
   m.def("auto_choice(int rows, int cols, ScalarType dtype) -> str[]", &tune_auto_choice);
 }
 TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {

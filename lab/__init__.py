@@ -36,3 +36,20 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         x = x.contiguous()
     rows = x.reshape(-1, n) if x.dim() != 2 else x
     return torch.ops.lab.softmax(rows).reshape(x.shape)
+
+
+def _register_extension() -> None:
+    """Where lab._C is built, load it and register what its ops need in Python (shape functions for
+    torch.compile and FakeTensor, autograd, auto's dispatch tables): so `import lab._C` (which imports
+    this package, and torch, first) gives ops that are ready to use. Without it, nothing to do: the
+    CUDA variants are listed with the reason."""
+    import contextlib
+
+    from lab.backends.cuda_variants import load_extension
+    from lab.registry import Unavailable
+
+    with contextlib.suppress(Unavailable):
+        load_extension()
+
+
+_register_extension()

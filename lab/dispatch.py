@@ -3,10 +3,12 @@
 The table is data built from the lab's own results on one GPU model: at every measured point
 (dtype, N, M) it names the CUDA variant with the highest median GB/s there. It is saved beside the
 results as results/<gpu>/dispatch_table.json (`python scripts/make_dispatch_table.py` rebuilds it
-from a results.json), and installed into the extension when lab._C is loaded on a GPU of that
-model. A shape between measured points takes the entry of the next longer measured row length and,
+from a results.json). Every committed table is installed into the extension when lab._C is loaded,
+keyed by its GPU model's name (nothing asks the GPU at import); auto uses the table of the model it
+runs on. A shape between measured points takes the entry of the next longer measured row length and,
 among that length's entries, of the next larger measured M (the largest M for more rows). Without a
-table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/dispatch/auto.cu applies.
+table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/dispatch/auto.cu
+applies.
 
 A lab run that times `cuda.auto` builds the table as it goes: before auto is timed at a point, the
 table is rebuilt from the results of this run so far, which include every other CUDA variant at
@@ -55,11 +57,20 @@ def build_table(results: Iterable, gpu: str, source: str) -> dict:
 
 
 def install(table: dict) -> None:
-    """Hand the table to the extension (torch.ops.lab_tune.set_auto_table)."""
+    """Hand the table to the extension for its GPU model (torch.ops.lab_tune.set_auto_table)."""
     names = sorted({e[2] for es in table["entries"].values() for e in es})
     flat = [v for dtype, es in table["entries"].items() if dtype in DTYPE_CODES
             for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
-    torch.ops.lab_tune.set_auto_table(names, flat)
+    torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
+
+
+def current_gpu() -> str:
+    """The name the extension keys tables by, as the device reports it ("" without a GPU)."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
+def committed_tables(root: Path = ROOT) -> list[Path]:
+    return sorted((root / "results").glob(f"*/{FILENAME}"))
 
 
 def table_path(gpu: str, root: Path = ROOT) -> Path:
@@ -75,15 +86,12 @@ def save(table: dict, path: Path) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
-def install_for_current_gpu() -> Path | None:
-    """Install the committed table of this GPU model, if there is one; returns its path."""
-    if not torch.cuda.is_available():
-        return None
-    path = table_path(torch.cuda.get_device_name(0))
-    if path.exists():
+def install_committed() -> list[Path]:
+    """Install every committed table (each for its GPU model); returns their paths."""
+    paths = committed_tables()
+    for path in paths:
         install(load(path))
-        return path
-    return None
+    return paths
 
 
 def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
@@ -92,7 +100,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     variant, source = torch.ops.lab_tune.auto_choice(m, n, dtype)
     lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source})"]
     if source == "table" and torch.cuda.is_available():
-        path = table_path(torch.cuda.get_device_name(0))
+        path = table_path(current_gpu())
         table = load(path) if path.exists() else None
         if table:
             lines.append(f"  table: {path.relative_to(ROOT)} (from {table['source']})")

@@ -42,7 +42,8 @@ def installed_extension():
 
     load_extension()
     yield
-    torch.ops.lab_tune.set_auto_table([], [])  # back to the default rule
+    torch.ops.lab_tune.set_auto_table(dispatch.current_gpu(), [], [])  # no table for this model, then
+    dispatch.install_committed()  # the committed ones again
 
 
 @pytest.mark.parametrize(("m", "n", "expected"), [
@@ -53,21 +54,27 @@ def installed_extension():
     (10**6, 65536, "online"),  # more rows than any measured M: the largest
 ])
 def test_lookup(installed_extension, m, n, expected):
-    dispatch.install(dispatch.build_table(RECORDS, "NVIDIA H200", "test"))
+    dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
     assert list(torch.ops.lab_tune.auto_choice(m, n, torch.float32)) == [expected, "table"]
 
 
 def test_default_rule_outside_the_table(installed_extension):
-    dispatch.install(dispatch.build_table(RECORDS, "NVIDIA H200", "test"))
+    dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
     assert torch.ops.lab_tune.auto_choice(5, 70000, torch.float32)[1] == "default rule"  # longer than any entry
     assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule"]
 
 
 def test_malformed_table_is_refused(installed_extension):
     with pytest.raises(RuntimeError, match="no CUDA variant named 'nonesuch'"):
-        torch.ops.lab_tune.set_auto_table(["nonesuch"], [0, 1024, 1, 0])
+        torch.ops.lab_tune.set_auto_table("X", ["nonesuch"], [0, 1024, 1, 0])
     with pytest.raises(RuntimeError, match="quadruples"):
-        torch.ops.lab_tune.set_auto_table(["online"], [0, 1024, 1])
+        torch.ops.lab_tune.set_auto_table("X", ["online"], [0, 1024, 1])
+
+
+def test_a_table_applies_to_its_gpu_model_only(installed_extension):
+    torch.ops.lab_tune.set_auto_table(dispatch.current_gpu(), [], [])
+    dispatch.install(dispatch.build_table(RECORDS, "Some Other GPU", "test"))
+    assert torch.ops.lab_tune.auto_choice(10, 1000, torch.float32)[1] == "default rule"
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)

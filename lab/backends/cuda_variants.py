@@ -32,7 +32,7 @@ def load_extension() -> None:
         torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
     from lab import dispatch
 
-    dispatch.install_for_current_gpu()  # auto's measured table for this GPU model, when committed
+    dispatch.install_committed()  # auto's measured tables, each for its GPU model
     _LOADED.append("lab._C")
 
 
@@ -93,7 +93,7 @@ def rebuild_auto_table(results: list) -> None:
     from lab.env import git_commit
 
     if torch.cuda.is_available():
-        dispatch.install(dispatch.build_table(results, torch.cuda.get_device_name(0), f"this run ({git_commit()})"))
+        dispatch.install(dispatch.build_table(results, dispatch.current_gpu(), f"this run ({git_commit()})"))
 
 
 def _register(name: str, traffic: Traffic, description: str, operator: str = "softmax",

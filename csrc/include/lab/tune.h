@@ -47,11 +47,14 @@ cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, c
 // auto (csrc/softmax/dispatch/auto.cu): torch.ops.lab.softmax, dispatching each call to a CUDA variant.
 cudaError_t softmax_auto(const RowsArgs& args, cudaStream_t stream);
 
-// Install the dispatch table: flat (dtype, max_cols, max_rows, index into names) quadruples, names
-// of CUDA variants (LAB_SOFTMAX_VARIANTS). False, with the reason in *error, if it is malformed.
-bool set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat, std::string* error);
+// Install the dispatch table of one GPU model (its name as the device reports it): flat (dtype,
+// max_cols, max_rows, index into names) quadruples, names of softmax CUDA variants; an empty table
+// removes the model's. False, with the reason in *error, if it is malformed.
+bool set_auto_table(const std::string& gpu, const std::vector<std::string>& names, const std::vector<int64_t>& flat,
+                    std::string* error);
 
-// The variant auto runs for this shape, and whether the table (rather than the default rule) chose it.
+// The variant auto runs for this shape on the current device, and whether its model's table (rather
+// than the default rule) chose it.
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool* from_table);
 
 }  // namespace lab

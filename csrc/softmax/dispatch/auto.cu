@@ -12,6 +12,7 @@
 // cluster split above them; without clusters, online is the one variant that takes any N).
 // Limits: those of the chosen variant.
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -46,8 +47,34 @@ struct Entry {
   int variant;  // index into kVariants
 };
 
+// One table per GPU model (by its name, e.g. "NVIDIA H200"), each sorted by (dtype, max_cols,
+// max_rows) by set_auto_table; a call uses the table of its device's model.
 std::mutex table_mutex;
-std::vector<Entry> table;  // sorted by (dtype, max_cols, max_rows) by set_auto_table
+std::map<std::string, std::vector<Entry>> tables;
+
+// The current device's name ("" without one), looked up once per device.
+std::string current_gpu() {
+  static std::mutex mutex;
+  static std::map<int, std::string> names;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = names.find(device);
+  if (it == names.end()) {
+    cudaDeviceProp prop{};
+    std::string name;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+      name = prop.name;
+    } else {
+      (void)cudaGetLastError();
+    }
+    it = names.emplace(device, name).first;
+  }
+  return it->second;
+}
 
 int index_of(const char* name) {
   for (int i = 0; i < kVariantCount; ++i) {
@@ -69,10 +96,12 @@ int default_choice(int64_t cols, DType dtype) {
 }
 
 int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
+  const std::string gpu = current_gpu();
   {
     const std::lock_guard<std::mutex> lock(table_mutex);
+    const auto found = tables.find(gpu);
     const Entry* group_last = nullptr;
-    for (const Entry& e : table) {
+    for (const Entry& e : found == tables.end() ? std::vector<Entry>{} : found->second) {
       if (e.dtype != dtype || cols > e.max_cols) continue;
       if (group_last && group_last->max_cols != e.max_cols) break;  // past the group that covers cols
       group_last = &e;
@@ -96,7 +125,8 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   return kVariants[v].launch(a, stream);
 }
 
-bool set_auto_table(const std::vector<std::string>& names, const std::vector<int64_t>& flat, std::string* error) {
+bool set_auto_table(const std::string& gpu, const std::vector<std::string>& names, const std::vector<int64_t>& flat,
+                    std::string* error) {
   if (flat.size() % 4 != 0) {
     *error = "the table is a flat list of (dtype, max_cols, max_rows, variant index) quadruples";
     return false;
@@ -122,7 +152,11 @@ bool set_auto_table(const std::vector<std::string>& names, const std::vector<int
     return a.max_rows < b.max_rows;
   });
   const std::lock_guard<std::mutex> lock(table_mutex);
-  table = std::move(entries);
+  if (entries.empty()) {
+    tables.erase(gpu);
+  } else {
+    tables[gpu] = std::move(entries);
+  }
   return true;
 }
 
