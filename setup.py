@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
@@ -102,6 +103,18 @@ def extension():
     )
 
 
+class BuildPy(build_py):
+    """Ship the committed dispatch tables of cuda.auto (results/<gpu>/dispatch_table.json) inside the
+    package, as lab/tables/<gpu>.json: an installed package has no results/ folder."""
+
+    def run(self):
+        super().run()
+        for table in sorted((ROOT / "results").glob("*/dispatch_table.json")):
+            dest = Path(self.build_lib) / "lab" / "tables" / f"{table.parent.name}.json"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(table.read_bytes())
+
+
 def buildable() -> str | None:
     """Why the extension cannot be built here, or None: it needs nvcc and a CUDA build of torch."""
     import torch
@@ -128,6 +141,6 @@ if __name__ == "__main__":
               "listed as unavailable", flush=True)
     setup(
         ext_modules=[] if reason else [extension()],
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPy},
         options={"bdist_wheel": {"py_limited_api": "cp310"}},
     )

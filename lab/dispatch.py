@@ -69,8 +69,10 @@ def current_gpu() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
-def committed_tables(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "results").glob(f"*/{FILENAME}"))
+def committed_tables() -> list[Path]:
+    """The committed tables: results/<gpu>/dispatch_table.json in a checkout; in an installed package,
+    the copies setup.py ships as lab/tables/<gpu>.json."""
+    return sorted((ROOT / "results").glob(f"*/{FILENAME}")) + sorted((Path(__file__).parent / "tables").glob("*.json"))
 
 
 def table_path(gpu: str, root: Path = ROOT) -> Path:
@@ -87,7 +89,10 @@ def save(table: dict, path: Path) -> None:
 
 
 def install_committed() -> list[Path]:
-    """Install every committed table (each for its GPU model); returns their paths."""
+    """Install every committed table (each for its GPU model); returns their paths. Nothing where the
+    extension was built without softmax (LAB_OPS)."""
+    if not hasattr(torch.ops.lab, "softmax"):
+        return []
     paths = committed_tables()
     for path in paths:
         install(load(path))

@@ -14,6 +14,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def results_root() -> Path:
+    """Where results go by default: the checkout's results/ (beside the committed ones), or, for an
+    installed package, results/ in the working folder."""
+    return ROOT / "results" if (ROOT / "pyproject.toml").exists() else Path.cwd() / "results"
+
+
 def _run(cmd: list[str]) -> str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=ROOT).stdout.strip()

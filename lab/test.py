@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from lab import bench, check, dispatch, inputs, operators, report  # noqa: E402
-from lab.env import ROOT, clocks_under_load, environment  # noqa: E402
+from lab.env import clocks_under_load, environment, results_root  # noqa: E402
 from lab.operators import Operator  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 
@@ -247,7 +246,7 @@ def out_dir(op: Operator, base: Path | None) -> Path | None:
         if not HAS_GPU:
             return None
         name = torch.cuda.get_device_name(0)
-        base = ROOT / "results" / re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
+        base = results_root() / dispatch.gpu_slug(name)
     return base if op.name == "softmax" else base / op.name
 
 
