@@ -15,6 +15,13 @@ from dataclasses import dataclass
 import torch
 
 QUANTILES = (0.5, 0.2, 0.8)
+WARMUP_MS = 25.0  # do_bench's warm-up, then its timed repetitions, in milliseconds of calls
+REP_MS = 100.0
+
+# How a timing was taken, as the reports say it.
+DO_BENCH = "median of triton.testing.do_bench, L2 flushed before every call"
+CUDAGRAPH = "median of CUDA graph replays (triton.testing.do_bench_cudagraph): no launch overhead, L2 not flushed"
+WALL_CLOCK = "CPU wall clock, one thread (no cache flush)"
 
 
 @dataclass(frozen=True)
@@ -24,10 +31,21 @@ class Timing:
     p80_ms: float
 
 
-def time_gpu(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> Timing:
+def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> Timing:
     from triton.testing import do_bench
 
     med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
+    return Timing(med, p20, p80)
+
+
+def time_cudagraph(fn: Callable[[], object], rep_ms: float = REP_MS) -> Timing:
+    """The calls captured in a CUDA graph and replayed: the kernels' own time, without the launch
+    overhead and without flushing the L2 between calls (inputs that fit in L2 stay there)."""
+    import torch
+    from triton.testing import do_bench_cudagraph
+
+    with torch.cuda.stream(torch.cuda.Stream()):  # graphs are captured on a side stream
+        med, p20, p80 = do_bench_cudagraph(fn, rep=rep_ms, quantiles=list(QUANTILES))
     return Timing(med, p20, p80)
 
 
@@ -43,25 +61,34 @@ def time_cpu(fn: Callable[[], object], min_seconds: float = 0.2, max_reps: int =
     return Timing(statistics.median(samples), q[1], q[7])
 
 
-def time_fn(fn: Callable[[], object], device: torch.device) -> Timing:
-    return time_gpu(fn) if device.type == "cuda" else time_cpu(fn)
+def time_fn(fn: Callable[[], object], device: torch.device, warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
+            cudagraph: bool = False) -> Timing:
+    if device.type != "cuda":
+        return time_cpu(fn, min_seconds=2 * rep_ms / 1e3)
+    return time_cudagraph(fn, rep_ms) if cudagraph else time_gpu(fn, warmup_ms, rep_ms)
+
+
+def method(device: torch.device, cudagraph: bool = False) -> str:
+    return WALL_CLOCK if device.type != "cuda" else CUDAGRAPH if cudagraph else DO_BENCH
 
 
 def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
 
 
-_COPY_CACHE: dict[tuple[int, str], Timing] = {}
+_COPY_CACHE: dict[tuple, Timing] = {}
 
 
-def copy_ceiling(moved: int, device: torch.device | str) -> Timing:
-    """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2), once
-    per size and run."""
+def copy_ceiling(moved: int, device: torch.device | str, warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
+                 cudagraph: bool = False) -> Timing:
+    """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2), the
+    same way as the variants (once per size, timing and run)."""
     nbytes = max(1, moved // 2)
-    key = (nbytes, str(device))
+    device = torch.device(device)
+    key = (nbytes, str(device), warmup_ms, rep_ms, cudagraph)
     if key not in _COPY_CACHE:
         src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(7)
         dst = torch.empty_like(src)
-        _COPY_CACHE[key] = time_fn(lambda: dst.copy_(src), device)
+        _COPY_CACHE[key] = time_fn(lambda: dst.copy_(src), device, warmup_ms, rep_ms, cudagraph)
         del src, dst
     return _COPY_CACHE[key]

@@ -90,18 +90,14 @@ class Variant:
         return None
 
     def kernel(self) -> Kernel:
-        """The built kernel (cached unless per_shape); raises Unavailable with the reason."""
+        """The built kernel (cached unless per_shape); raises Unavailable with the reason. Only a kernel
+        is cached: a variant that was unavailable is asked again, since the environment may have
+        changed since (a package installed, TRITON_INTERPRET set)."""
         if self.per_shape:
             return self.build()
         if "kernel" not in self._cache:
-            try:
-                self._cache["kernel"] = self.build()
-            except Unavailable as e:
-                self._cache["kernel"] = e
-        k = self._cache["kernel"]
-        if isinstance(k, Unavailable):
-            raise k
-        return k
+            self._cache["kernel"] = self.build()
+        return self._cache["kernel"]
 
     def availability(self) -> str | None:
         """None if the variant can run here, else the reason it cannot."""
@@ -136,17 +132,34 @@ def load_backends() -> None:
         importlib.import_module(f"lab.backends.{mod.name}")
 
 
+def matches(v: Variant, pattern: str) -> bool:
+    """A name or glob matches a variant's whole name (`cuda.online`, `cuda.*`) or its name within its
+    backend (`online`, `*fused*`)."""
+    short = v.name.removeprefix(f"{v.backend}.")
+    return fnmatch.fnmatchcase(v.name, pattern) or fnmatch.fnmatchcase(short, pattern)
+
+
+def split_patterns(values: list[str] | None) -> list[str]:
+    """Patterns as given on a command line: repeated, or comma-separated (`-v a,b -v c`)."""
+    return [p.strip() for value in values or [] for p in value.split(",") if p.strip()]
+
+
 def variants(
     op: str = "softmax",
     patterns: list[str] | None = None,
     backends: list[str] | None = None,
+    skip: list[str] | None = None,
 ) -> list[Variant]:
     """Registered variants of `op`, backends in BACKENDS order (then registration order), filtered
-    by name globs and backends."""
+    by names or globs (see `matches`; patterns may be comma lists), backends, and names to skip."""
     load_backends()
     out = sorted((v for v in _REGISTRY.values() if v.op == op), key=lambda v: BACKENDS.index(v.backend))
     if patterns:
-        out = [v for v in out if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+        pats = split_patterns(patterns)
+        out = [v for v in out if any(matches(v, p) for p in pats)]
+    if skip:
+        skips = split_patterns(skip)
+        out = [v for v in out if not any(matches(v, p) for p in skips)]
     if backends:
         out = [v for v in out if v.backend in backends]
     return out

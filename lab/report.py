@@ -4,6 +4,7 @@ markdown report and plots."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections import defaultdict
@@ -36,6 +37,7 @@ class Result:
     pct_modeled: float | None = None
     speedup_vs_torch: float | None = None  # the operator's baseline (torch) median / this median
     op: str = "softmax"
+    timing: str = ""  # how the median was taken (lab.bench.DO_BENCH, CUDAGRAPH or WALL_CLOCK)
 
     @property
     def shape_label(self) -> str:
@@ -46,11 +48,23 @@ def _fmt(v: float | None, spec: str = ".0f") -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def cell(r: Result) -> str:
+METRICS = ("gbps", "pct_copy", "latency", "speedup", "accuracy")
+"""What a table cell can show: GB/s, percent of the copy ceiling, the median time in microseconds,
+the speed-up over the operator's baseline, the worst error as a fraction of the tolerance."""
+
+
+def cell(r: Result, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy")) -> str:
     if r.status == "ok":
-        return f"{_fmt(r.gbps)} ({_fmt(r.pct_copy)}%)"
-    if r.status == "checked":
-        return "checked"
+        parts = {
+            "gbps": _fmt(r.gbps),
+            "pct_copy": f"({_fmt(r.pct_copy)}%)" if r.pct_copy is not None else "",
+            "latency": f"{_fmt(r.median_ms * 1e3 if r.median_ms is not None else None, '.1f')}us",
+            "speedup": f"{_fmt(r.speedup_vs_torch, '.2f')}x" if r.speedup_vs_torch else "",
+            "accuracy": f"err {_fmt(r.worst_ratio, '.2g')}",
+        }
+        return " ".join(parts[m] for m in metrics if parts[m])
+    if r.status == "checked":  # checked, not timed: what was measured is the error
+        return f"ok, err {_fmt(r.worst_ratio, '.2g')}"
     return {"skipped": "-", "failed": "FAIL"}.get(r.status, r.status)
 
 
@@ -61,7 +75,8 @@ def grouped(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
     return groups
 
 
-def table_rows(results: list[Result], label=None) -> tuple[list[str], list[list[str]]]:
+def table_rows(results: list[Result], label=None, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy"),
+               ) -> tuple[list[str], list[list[str]]]:
     """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling).
     label(Shape) names a shape (the operator's; MxN[/stride] by default)."""
     from lab.inputs import Shape
@@ -74,7 +89,7 @@ def table_rows(results: list[Result], label=None) -> tuple[list[str], list[list[
         copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
         shape = Shape(m, n, None if s == n else s)
         text = label(shape) if label else shape.label
-        cells = (cell(by_key[(v, m, n, s)]) if (v, m, n, s) in by_key else "" for v in variants)
+        cells = (cell(by_key[(v, m, n, s)], metrics) if (v, m, n, s) in by_key else "" for v in variants)
         rows.append([text, _fmt(copy), *cells])
     return header, rows
 
@@ -94,13 +109,42 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _write_long(results: list[Result], f) -> None:
+    w = csv.writer(f)
+    names = [fl.name for fl in fields(Result)]
+    w.writerow(names)
+    for r in results:
+        w.writerow(["" if getattr(r, n) is None else getattr(r, n) for n in names])
+
+
 def write_csv(results: list[Result], path: Path) -> None:
+    """One row per (variant, shape, dtype): every field of Result."""
+    with path.open("w", newline="") as f:
+        _write_long(results, f)
+
+
+def csv_text(results: list[Result]) -> str:
+    buf = io.StringIO()
+    _write_long(results, buf)
+    return buf.getvalue()
+
+
+def write_wide_csv(results: list[Result], path: Path) -> None:
+    """triton.testing.perf_report's layout: one row per (operator, sweep, dtype, shape), the copy
+    ceiling and one GB/s column per variant (empty where skipped or failed)."""
+    variants = list(dict.fromkeys(r.variant for r in results))
+    rows: dict[tuple, dict] = {}
+    for r in results:
+        row = rows.setdefault((r.op, r.sweep, r.dtype, r.m, r.n, r.row_stride), {})
+        if r.copy_gbps:
+            row["copy"] = r.copy_gbps
+        if r.status == "ok" and r.gbps is not None:
+            row[r.variant] = r.gbps
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        names = [fl.name for fl in fields(Result)]
-        w.writerow(names)
-        for r in results:
-            w.writerow(["" if getattr(r, n) is None else getattr(r, n) for n in names])
+        w.writerow(["op", "sweep", "dtype", "M", "N", "row_stride", "copy GB/s", *variants])
+        for key, row in rows.items():
+            w.writerow([*key, _fmt(row.get("copy"), ".1f"), *(_fmt(row.get(v), ".1f") for v in variants)])
 
 
 def write_json(results: list[Result], env: dict, extra: dict, path: Path) -> None:

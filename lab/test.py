@@ -9,9 +9,12 @@ compiled but needing a GPU.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import textwrap
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,20 @@ HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def quiet_third_party() -> None:
+    """Messages of other libraries that say nothing about the lab's run (the lab's own process only)."""
+    # torch's extension helpers, imported by Inductor on a machine without a CUDA runtime
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    # Inductor's note that it split a long row's reduction and so did not use its online softmax
+    warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
+    # TorchScript's deprecation (torch.jit_naive is kept as a rung of the ladder while torch has it)
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=DeprecationWarning)
+    # the Triton interpreter's NumPy: overflow and invalid values on the special rows (inf, NaN) are
+    # the point of those rows, and a NumPy deprecation inside the interpreter
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"triton\.runtime\.interpreter")
 
 from lab import bench, check, dispatch, inputs, operators, report  # noqa: E402
 from lab.env import clocks_under_load, environment, results_root  # noqa: E402
@@ -37,8 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", default="softmax", choices=[*OPERATORS, "all"],
                    help="the operator (default softmax; all: every operator in turn)")
-    p.add_argument("-v", "--variant", action="append", metavar="GLOB",
-                   help="variant name glob, e.g. 'cuda.*' or 'triton.fused' (repeatable)")
+    p.add_argument("--only", "-v", "--variant", dest="variant", action="append", metavar="NAMES",
+                   help="only these variants: names or globs, comma-separated or repeated, with or without the "
+                        "backend ('cuda.*', 'fused', 'triton.fused,torch.softmax')")
+    p.add_argument("--skip", action="append", metavar="NAMES", help="leave these variants out (as --only)")
     p.add_argument("-b", "--backend", action="append", choices=BACKENDS, help="only this backend (repeatable)")
     p.add_argument("-d", "--dtype", action="append", choices=sorted(DTYPES),
                    help="dtype (repeatable); default float32 and bfloat16")
@@ -54,17 +73,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="say which CUDA variant torch.ops.lab.softmax (cuda.auto) runs for this shape, and why")
     p.add_argument("--resources", action="store_true",
                    help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
-    p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU)")
+    p.add_argument("--metrics", default="gbps,pct_copy", metavar="LIST",
+                   help=f"what the tables show, comma-separated, of {', '.join(report.METRICS)} "
+                        "(default gbps,pct_copy)")
+    p.add_argument("--warmup", type=float, default=bench.WARMUP_MS, metavar="MS",
+                   help=f"warm-up time per timed point in ms (default {bench.WARMUP_MS:g})")
+    p.add_argument("--rep", type=float, default=bench.REP_MS, metavar="MS",
+                   help=f"timed repetitions per point in ms (default {bench.REP_MS:g})")
+    p.add_argument("--cudagraph", action="store_true",
+                   help="time by replaying a CUDA graph of the calls (no launch overhead; GPU only)")
+    p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU; "
+                                            "results/<gpu>/<operator>/ for operators other than softmax)")
     p.add_argument("--no-save", action="store_true", help="print only")
-    p.add_argument("--csv", type=Path, help="also write the results as CSV here")
-    p.add_argument("--json", type=Path, help="also write the results as JSON here")
+    p.add_argument("--csv", nargs="?", const="-", metavar="FILE",
+                   help="also write the results as CSV to FILE; `--csv` alone (or -) prints the tables as CSV")
+    p.add_argument("--output-json", "--json", dest="json", type=Path, metavar="FILE",
+                   help="also write the results as JSON to FILE")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
         args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
     except ValueError as e:
         p.error(str(e))
+    args.metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if unknown := [m for m in args.metrics if m not in report.METRICS]:
+        p.error(f"--metrics: unknown {', '.join(unknown)}; choose from {', '.join(report.METRICS)}")
+    if args.cudagraph and not HAS_GPU:
+        p.error("--cudagraph needs a GPU (it times the replay of a captured CUDA graph)")
+    if args.warmup < 0 or args.rep <= 0:
+        p.error("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    prepare_outputs(p, args)
     return args
+
+
+def prepare_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Create the output folders before anything runs, so a bad path fails now, not after the run."""
+    paths = [args.out] if args.out and not args.no_save else []
+    paths += [f.parent for f in (args.json, Path(args.csv) if args.csv not in (None, "-") else None) if f]
+    for folder in paths:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            p.error(f"cannot create the output folder {folder}: {e.strerror}")
 
 
 @dataclass
@@ -81,18 +131,28 @@ class Runnable:
         key = (tuple(x.shape), x.stride(), x.dtype)
         if key not in self.kernels:
             self.kernels.clear()  # one shape at a time: keeps compiled graphs from piling up
+            log(f"    {v.name}: building for {tuple(x.shape)} {dtype_name(x.dtype)} (a compiler runs: seconds)")
             self.kernels[key] = v.kernel()
         return self.kernels[key]
+
+
+WIDTH = 120  # the widest line the lab prints, tables aside
 
 
 def log(msg: str = "") -> None:
     print(msg, flush=True)
 
 
+def wrap(text: str, indent: int = 4) -> str:
+    """text folded to WIDTH columns, continuation lines indented."""
+    return textwrap.fill(text, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
+
+
 def select(op: Operator, args: argparse.Namespace, device: torch.device) -> tuple[list[Runnable], list[Variant]]:
-    chosen = variants(op.name, patterns=args.variant, backends=args.backend)
+    chosen = variants(op.name, patterns=args.variant, backends=args.backend, skip=args.skip)
     if not chosen:
-        sys.exit(f"no {op.name} variant matches --variant {args.variant} --backend {args.backend}; see --list")
+        sys.exit(f"no {op.name} variant matches --only {args.variant} --skip {args.skip} --backend {args.backend}; "
+                 "see --list")
     runnable, absent = [], []
     log(f"{op.name}: {op.description}; variants ({len(chosen)}):")
     for v in chosen:
@@ -100,7 +160,7 @@ def select(op: Operator, args: argparse.Namespace, device: torch.device) -> tupl
         if reason is None and device.type == "cpu" and not v.runs_on_cpu:
             reason = "needs a GPU"
         mark = "ready" if reason is None else reason
-        log(f"  {v.name:<20} {v.backend:<7} {mark:<46} {v.description}")
+        log(wrap(f"  {v.name:<22} " + (v.description if reason is None else f"not run: {mark}"), 26))
         (runnable if reason is None else absent).append(Runnable(v) if reason is None else v)
     return runnable, absent
 
@@ -151,7 +211,8 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
 
 
 def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
-                  ref: torch.Tensor, copy: bench.Timing | None, device: torch.device, time_it: bool) -> report.Result:
+                  ref: torch.Tensor, copy: bench.Timing | None, device: torch.device,
+                  args: argparse.Namespace) -> report.Result:
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
                         op=op.name)
@@ -169,13 +230,14 @@ def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, ca
         res.status, res.reason = "failed", c.summary()
         return res
     interpreted = device.type == "cpu" and v.backend == "triton"
-    if not time_it or interpreted:
+    if args.check_only or interpreted:
         res.status = "checked"
         res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed" if interpreted else ""
         return res
     out = torch.empty(ref.shape, dtype=dtype, device=device) if v.writes_out else None
     fn = (lambda: kernel(*case, out)) if out is not None else (lambda: kernel(*case))
-    t = bench.time_fn(fn, device)
+    t = bench.time_fn(fn, device, args.warmup, args.rep, args.cudagraph)
+    res.timing = bench.method(device, args.cudagraph)
     nbytes = op.bytes_moved(shape, dtype)
     traffic = v.traffic_for(dtype)
     res.status = "ok"
@@ -191,12 +253,14 @@ def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, ca
 
 
 def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
-               dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace) -> list[report.Result]:
-    results: list[report.Result] = []
+               dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace,
+               results: list[report.Result]) -> None:
+    """Check, then time, every point; each point's results are appended to `results` as soon as they
+    exist (an interrupted run keeps them)."""
     total = len(plan) * len(dtypes)
-    log(f"\n{'checking' if args.check_only else 'checking, then timing'} {total} points "
-        f"({'L2 flushed, median of do_bench' if device.type == 'cuda' else 'CPU wall clock'}); "
-        f"GB/s = {op.bytes_formula}/time")
+    what = "checking" if args.check_only else f"checking, then timing ({bench.method(device, args.cudagraph)})"
+    log(f"\n{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
+        f"GB/s = {op.bytes_formula} / time")
     k = 0
     for dtype in dtypes:
         for sweep, shape in plan:
@@ -204,25 +268,25 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
             start = time.perf_counter()
             case = op.make_inputs(shape, dtype, device, args.seed)
             ref = op.reference(*case)
-            copy = None if args.check_only else bench.copy_ceiling(op.bytes_moved(shape, dtype), device)
+            copy = None if args.check_only else bench.copy_ceiling(op.bytes_moved(shape, dtype), device, args.warmup,
+                                                                   args.rep, args.cudagraph)
             point: list[report.Result] = []
             for r in runnable:
                 if r.variant.prepare is not None:
                     r.variant.prepare(results + point)  # e.g. cuda.auto's table from this run so far
-                point.append(measure_point(op, r, sweep, shape, case, ref, copy, device, not args.check_only))
+                point.append(measure_point(op, r, sweep, shape, case, ref, copy, device, args))
             base = next((p for p in point if p.variant == op.baseline and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
                     p.speedup_vs_torch = base.median_ms / p.median_ms
             results += point
             del case, ref
-            cells = "  ".join(f"{p.variant}={report.cell(p)}" for p in point)
+            cells = "  ".join(f"{p.variant}={report.cell(p, args.metrics)}" for p in point)
             took = time.perf_counter() - start
-            log(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}")
+            log(wrap(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}"))
             for p in point:
                 if p.status == "failed":
                     log(f"    FAIL {p.variant}: {p.reason}")
-    return results
 
 
 def teaching_summary(op: Operator, results: list[report.Result]) -> list[str]:
@@ -251,7 +315,7 @@ def out_dir(op: Operator, base: Path | None) -> Path | None:
 
 
 def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[Variant],
-         kernels: list) -> None:
+         kernels: list, device: torch.device, args: argparse.Namespace) -> None:
     from lab import resources
 
     out.mkdir(parents=True, exist_ok=True)
@@ -267,14 +331,16 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
         dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), f"{out.name}/results.json at commit "
                                            f"{env['commit']}"), out / dispatch.FILENAME)
     report.write_csv(results, out / "results.csv")
+    report.write_wide_csv(results, out / "results_wide.csv")
     md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
           f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          f"GB/s = {op.bytes_formula} / median time (L2 flushed before each call); in parentheses, percent of a "
-          "device-to-device copy of the same bytes measured in the same run. `-`: skipped (see results.json "
-          "for the reason); FAIL: failed the check, not timed.", "", "## Environment", "",
+          f"GB/s = {op.bytes_formula} / median time. Timing: {bench.method(device, args.cudagraph)}. In "
+          "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way in the "
+          "same run. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
+          "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs, op.shape_label)
+        header, rows = report.table_rows(rs, op.shape_label, args.metrics)
         md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
     for sweep in dict.fromkeys(r.sweep for r in results):
         rs = [r for r in results if r.sweep == sweep]
@@ -290,7 +356,7 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
                *(f"| `{resources.short_name(k.kernel)}` | {k.registers} | {k.shared_bytes} | {k.stack_bytes} | "
                  f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in kernels), ""]
     (out / "report.md").write_text("\n".join(md))
-    log(f"\nsaved {out}/results.json, results.csv, report.md and plots")
+    log(f"\nsaved {out}/: results.json, results.csv, results_wide.csv, report.md and plots")
 
 
 def summary_ratio(op: Operator) -> str:
@@ -308,47 +374,74 @@ def plan_for(op: Operator, args: argparse.Namespace) -> list[tuple[str, inputs.S
 
 
 def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, env: dict) -> int:
-    """Select, check and time one operator's variants, print the tables and save them; 1 if a check failed."""
+    """Select, check and time one operator's variants, print the tables and save them. Returns 0, 1 if a
+    check failed, 2 if nothing can run here, 130 if interrupted (what was measured is still printed
+    and saved)."""
     runnable, absent = select(op, args, device)
     if args.list:
         return 0
+    if not runnable:
+        log(wrap(f"{op.name}: none of the selected variants can run here: "
+                 + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent)))
+        return 2
     dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
     plan = plan_for(op, args)
     start = time.perf_counter()
-    run_suite(op, runnable, dtypes, device, args.seed)
-    results = run_sweeps(op, runnable, plan, dtypes, device, args)
+    results: list[report.Result] = []
+    interrupted = False
+    try:
+        run_suite(op, runnable, dtypes, device, args.seed)
+        run_sweeps(op, runnable, plan, dtypes, device, args, results)
+    except KeyboardInterrupt:
+        interrupted = True
+        log(f"\ninterrupted: {len(results)} points measured so far are reported and saved")
     if HAS_GPU:
         env.update(clocks_under_load())
-    for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs, op.shape_label)
-        log(f"\n{op.name}, {sweep} sweep, {dtype}: GB/s (% of copy ceiling); '-' skipped, FAIL failed the check")
-        log(report.text_table(header, rows))
+    print_tables(op, results, args.metrics)
     if summary := teaching_summary(op, results):
         log(f"\npercent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes)), {op.gpu_sweeps[0]} sweep, "
             "largest N:")
         log("\n".join(summary))
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
-        log("\nskipped: " + "; ".join(f"{v}: {why}" for v, why in sorted(skipped)))
-    if absent:
-        log("not run: " + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent))
+        log("\n" + "\n".join(wrap(f"skipped {v}: {why}") for v, why in sorted(skipped)))
+    for v in absent:
+        log(wrap(f"not run {v.name}: {v.availability() or 'needs a GPU'}"))
     failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
                     | {(r.variant.name, d) for r in runnable for d in r.failed})
-    log(f"\n{op.name}: {len(results)} points in {time.perf_counter() - start:.0f} s; "
+    log(f"\n{op.name}: {len(results)} points in {time.perf_counter() - start:.0f} s"
+        + ("; INTERRUPTED" if interrupted else "") + "; "
         + (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed else "all checks passed"))
     ALL_RESULTS.extend(results)
     out = out_dir(op, args.out)
-    if out and not args.no_save:
-        from lab import resources as res_mod
+    if out and not args.no_save and results:
+        kernels = []
+        if any(v.backend == "cuda" for v in [*(r.variant for r in runnable), *absent]):  # a CUDA variant selected
+            kernels = resource_report()
+        save(op, results, env, out, absent, kernels, device, args)
+    return 130 if interrupted else 1 if failed else 0
 
-        ks = []
-        if res_mod.find_nvcc():
-            try:
-                ks = res_mod.report_all()
-            except res_mod.CompileError as e:
-                log(f"resources: {e}")
-        save(op, results, env, out, absent, ks)
-    return 1 if failed else 0
+
+def print_tables(op: Operator, results: list[report.Result], metrics: list[str]) -> None:
+    for (sweep, dtype), rs in report.grouped(results).items():
+        header, rows = report.table_rows(rs, op.shape_label, metrics)
+        log(f"\n{op.name}, {sweep} sweep, {dtype}: {', '.join(metrics)}; '-' skipped (reason below), "
+            "FAIL failed the check")
+        log(report.text_table(header, rows))
+
+
+def resource_report() -> list:
+    """The CUDA sources' resource report for the saved results (compiles every source: announced)."""
+    from lab import resources
+
+    if not resources.find_nvcc():
+        return []
+    log(f"compiling the {len(resources.cuda_sources())} CUDA sources for the resource report (nvcc, up to a minute)...")
+    try:
+        return resources.report_all()
+    except resources.CompileError as e:
+        log(f"resources: {e}")
+        return []
 
 
 ALL_RESULTS: list[report.Result] = []  # every operator's results of this run, for --json and --csv
@@ -386,8 +479,10 @@ def explain(shape: inputs.Shape, dtype_names: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_third_party()
     args = parse_args(argv)
     if args.resources:
+        log("compiling every CUDA source for sm_90 with nvcc -Xptxas -v (up to a minute)...")
         ks = print_resources()
         return 1 if not ks or any(k.spills for k in ks) else 0
     if args.explain:
@@ -406,8 +501,12 @@ def main(argv: list[str] | None = None) -> int:
         status |= run_operator(op, args, device, env)
     if args.json:
         report.write_json(ALL_RESULTS, env, {}, args.json)
-    if args.csv:
-        report.write_csv(ALL_RESULTS, args.csv)
+        log(f"wrote {args.json}")
+    if args.csv == "-":
+        print(report.csv_text(ALL_RESULTS), end="")
+    elif args.csv:
+        report.write_csv(ALL_RESULTS, Path(args.csv))
+        log(f"wrote {args.csv}")
     return status
 
 

@@ -217,18 +217,37 @@ def test_fixed_traffic_is_the_same_in_every_dtype():
             assert all(v.traffic_for(d) == v.traffic for d in registry.ALL_DTYPES), v.name
 
 
-def test_unavailable_variant_reports_its_reason():
-    calls = []
+def test_unavailable_variant_reports_its_reason_and_is_asked_again():
+    installed = []
 
     def build():
-        calls.append(1)
-        raise Unavailable("the widget library is missing")
+        if not installed:
+            raise Unavailable("the widget library is missing")
+        return torch.softmax
 
     v = make_variant(build=build)
     assert v.availability() == "the widget library is missing"
     with pytest.raises(Unavailable, match="widget library is missing"):
         v.kernel()
-    assert len(calls) == 1, "build is called once; the Unavailable is cached"
+    installed.append(1)  # the environment changed: the variant is asked again, not its old answer kept
+    assert v.availability() is None and v.kernel() is torch.softmax
+
+
+@pytest.mark.parametrize(("pattern", "short_names"), [
+    ("fused", ["fused"]), ("*fused*", ["fused"]), ("triton.*", ["fused", "persistent"]),
+    ("fused,persistent", ["fused", "persistent"]), ("nothing", []),
+])
+def test_names_match_with_or_without_the_backend(scratch, pattern, short_names):
+    for name in ("triton.fused", "triton.persistent", "torch.fusedish"):
+        register(make_variant(name=name, backend=name.split(".")[0]))
+    got = [v.name for v in variants(scratch, patterns=[pattern]) if v.backend == "triton"]
+    assert got == [f"triton.{n}" for n in short_names]
+
+
+def test_skip_removes_matching_variants(scratch):
+    for name in ("triton.fused", "triton.persistent"):
+        register(make_variant(name=name, backend="triton"))
+    assert [v.name for v in variants(scratch, skip=["persistent"])] == ["triton.fused"]
 
 
 def test_kernel_is_built_once_unless_per_shape():

@@ -1,12 +1,31 @@
 """What the Triton wrappers share: input validation and the output buffer."""
 
+import os
+
 import torch
+
+# Whether the kernels of this process run under the Triton interpreter: decided when @triton.jit runs,
+# that is when these modules are imported, by TRITON_INTERPRET=1 (on CPU tensors, without a GPU).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_device(t: torch.Tensor, name: str, what: str = "x") -> None:
+    """A tensor the kernels can run on: CUDA, or CPU under the interpreter."""
+    if t.device.type == "cuda" and not INTERPRETED:
+        return
+    if t.device.type == "cpu" and INTERPRETED:
+        return
+    if INTERPRETED:
+        raise ValueError(f"{name}: {what} is on {t.device}; under TRITON_INTERPRET=1 the kernels run on CPU tensors")
+    raise ValueError(f"{name}: {what} is on {t.device}; Triton kernels run on CUDA tensors (or on CPU tensors under "
+                     "the interpreter: set TRITON_INTERPRET=1 before importing triton_kernels)")
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def prepare(x: torch.Tensor, out: torch.Tensor | None, name: str) -> torch.Tensor:
     """Validate a row-wise softmax call and return the tensor to write into."""
+    check_device(x, name)
     if x.dim() != 2:
         raise ValueError(f"{name}: expected a 2-D tensor (rows, cols), got {x.dim()} dims")
     if x.dtype not in DTYPES:

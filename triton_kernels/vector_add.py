@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kernels.common import DTYPES
+from triton_kernels.common import DTYPES, check_device
 
 BLOCK = 1024  # elements per program, as in the tutorial; 4 warps, 8 elements (two 16-byte loads) per thread
 
@@ -26,6 +26,7 @@ def vector_add_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
 def vector_add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     name = "triton.tutorial"
     for t, what in ((a, "a"), (b, "b")) + (((out, "out"),) if out is not None else ()):
+        check_device(t, name, what)
         if t.dim() != 1:
             raise ValueError(f"{name}: {what} must be 1-D, got {t.dim()} dims")
         if t.dtype not in DTYPES:

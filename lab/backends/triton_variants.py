@@ -28,8 +28,16 @@ def loader(module: str, function: str):
         except ImportError as e:
             raise Unavailable(f"triton is not installed ({e})") from e
         if not torch.cuda.is_available() and not interpreted():
-            raise Unavailable("no GPU, and TRITON_INTERPRET=1 is not set")
-        return getattr(importlib.import_module(module), function)
+            raise Unavailable("no GPU, and TRITON_INTERPRET=1 is not set (set it before importing triton_kernels)")
+        kernels = importlib.import_module(module)
+        from triton_kernels.common import INTERPRETED
+
+        if interpreted() != INTERPRETED:
+            now = os.environ.get("TRITON_INTERPRET", "")
+            raise Unavailable(f"TRITON_INTERPRET={now!r} now, but the Triton kernels were imported "
+                              f"{'with' if INTERPRETED else 'without'} the interpreter: set it before importing "
+                              "triton_kernels (a new process)")
+        return getattr(kernels, function)
 
     return build
 
