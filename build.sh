@@ -43,28 +43,43 @@ sys.exit(0 if (major, minor) < (2, 3) or tv >= (3, 9) else 1)" 2>/dev/null; then
   fi
 fi
 
-# 3. The CUDA extension.
+# 3. The package itself, installed editable (`pip install --no-build-isolation -e .`), so that `import lab`
+#    and `softmax-lab` work from any folder; pip builds the CUDA extension lab._C with it where it can.
+#    pip needs setuptools >= 70.1 or the wheel package for that; without either (offline), the extension
+#    is built in place by setup.py alone and the package is used from this folder.
 if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
 NVCC=${CUDA_HOME:+$CUDA_HOME/bin/}nvcc
-if ! command -v "$NVCC" >/dev/null 2>&1; then
-  say "no nvcc found: the CUDA variants are not built (set CUDA_HOME to build them)"; exit 0
+if ! "$PY" -c "import setuptools, sys; sys.exit(0 if tuple(map(int, setuptools.__version__.split('.')[:2])) >= (70, 1) else 1)" \
+    2>/dev/null && ! has_module wheel; then
+  pip_install wheel || say "no wheel package: the package is not installed with pip (used from this folder)"
 fi
-if [ "$("$PY" -c 'import torch; print(torch.version.cuda or "")')" = "" ]; then
-  say "torch is a CPU-only build: the CUDA variants are not built (install a CUDA build of torch)"; exit 0
+install_package() {  # pip's editable install (builds the extension when nvcc is here), else setup.py in place
+  if "$PY" -m pip install --no-build-isolation --no-deps -e . >build.log 2>&1; then return 0; fi
+  say "pip install -e . failed (see build.log); building in place with setup.py instead"
+  "$PY" setup.py build_ext --inplace >>build.log 2>&1
+}
+installed=build/softmax-lab.installed
+if ! command -v "$NVCC" >/dev/null 2>&1 || [ "$("$PY" -c 'import torch; print(torch.version.cuda or "")')" = "" ]; then
+  if command -v "$NVCC" >/dev/null 2>&1; then why="torch is a CPU-only build (install a CUDA build of torch)"
+  else why="no nvcc found (set CUDA_HOME to build them)"; fi
+  if [ ! -f "$installed" ]; then
+    mkdir -p build && "$PY" -m pip install --no-build-isolation --no-deps -e . >build.log 2>&1 && touch "$installed"
+  fi
+  say "the CUDA variants are not built: $why"; exit 0
 fi
 
 stamp=build/softmax-lab.stamp
-state=$( { cat setup.py; find csrc -type f | sort; find csrc -type f | sort | xargs cat; \
+state=$( { cat setup.py pyproject.toml; find csrc -type f | sort; find csrc -type f | sort | xargs cat; \
            echo "${CUDA_ARCH:-}|${TORCH_CUDA_ARCH_LIST:-}|${DEBUG:-}|${LAB_OPS:-}"; "$PY" -c 'import torch; print(torch.__version__)'; } \
          | sha256sum | cut -d' ' -f1)
 if ls lab/_C*.so >/dev/null 2>&1 && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$state" ]; then
   say "lab._C is up to date ($(ls lab/_C*.so))"; exit 0
 fi
-say "building lab._C with $("$NVCC" --version | tail -1) (arch ${CUDA_ARCH:-${TORCH_CUDA_ARCH_LIST:-sm_90}})..."
+say "building lab._C with $("$NVCC" --version | tail -1) (arch ${CUDA_ARCH:-${TORCH_CUDA_ARCH_LIST:-sm_90}}), installing the package..."
 start=$SECONDS
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
-if "$PY" setup.py build_ext --inplace >build.log 2>&1; then
-  mkdir -p build && echo "$state" >"$stamp"
+if install_package && ls lab/_C*.so >/dev/null 2>&1; then
+  mkdir -p build && echo "$state" >"$stamp" && touch "$installed"
   say "built $(ls lab/_C*.so) in $((SECONDS - start)) s (log: build.log)"
 else
   tail -30 build.log

@@ -125,7 +125,7 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple[torch.Tensor, ...], write
     if inputs[0].is_cuda:
         torch.cuda.synchronize()
     scale = op.error_scale(*inputs) if op.error_scale is not None else None
-    return compare(y, ref, inputs[0].dtype, row_labels, op.tolerances, scale)
+    return compare(y, ref, inputs[0].dtype, row_labels, op.tolerances_for(inputs[0].device), scale)
 
 
 def describe_tolerances(tolerances: dict[torch.dtype, Tolerance]) -> str:

@@ -183,9 +183,8 @@ def shape_of(x: torch.Tensor) -> inputs.Shape:
 def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device,
               seed: int) -> None:
     """Edge shapes and special values for every variant and dtype; a failure bars it from timing."""
-    log(f"\ncorrectness suite (edge shapes, special values) against the float64 reference ({op.baseline} "
-        "computed in float64 where it has one)")
-    log(f"  tolerances: {check.describe_tolerances(op.tolerances)}")
+    log("\n" + wrap(f"correctness suite: edge shapes and special values, against {op.name}'s float64 reference"))
+    log(wrap(f"  tolerances: {check.describe_tolerances(op.tolerances_for(device))}"))
     for dtype in dtypes:
         cases = [(label, shape, case, rl, op.reference(*case))
                  for label, shape, case, rl in suite_cases(op, device, dtype, seed)]
@@ -259,8 +258,8 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
     exist (an interrupted run keeps them)."""
     total = len(plan) * len(dtypes)
     what = "checking" if args.check_only else f"checking, then timing ({bench.method(device, args.cudagraph)})"
-    log(f"\n{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
-        f"GB/s = {op.bytes_formula} / time")
+    log("\n" + wrap(f"{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
+                     f"GB/s = {op.bytes_formula} / time"))
     k = 0
     for dtype in dtypes:
         for sweep, shape in plan:

@@ -77,8 +77,9 @@ def test_names_the_special_row_that_is_wrong():
 
 
 def test_catches_small_error_everywhere(x):
-    """Every element off by three times the float32 rtol is caught: the tolerance is not loose."""
-    rtol = SOFTMAX.tolerances[torch.float32].rtol
+    """Every element off by three times the float32 rtol (the one for x's device) is caught: the
+    tolerance is not loose."""
+    rtol = SOFTMAX.tolerances_for(x.device)[torch.float32].rtol
     res = check.check(lambda x: softmax(x) * (1 + 3 * rtol), x, writes_out=False)
     assert_fails(res)
     assert 1 < res.worst_ratio < 5

@@ -52,7 +52,15 @@ def build_compile():
     kernel."""
     code = torch_softmax.__code__.replace(co_name=f"torch_softmax_compiled_{next(_COMPILED)}")
     fresh = types.FunctionType(code, torch_softmax.__globals__, code.co_name)
-    return torch.compile(fresh, dynamic=False, fullgraph=True)
+    compiled = torch.compile(fresh, dynamic=False, fullgraph=True)
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        # Inductor would compile an integer softmax that eager PyTorch refuses: refuse it as eager does.
+        if not x.is_floating_point():
+            raise TypeError(f"torch.compile: softmax expects a floating-point tensor, got {x.dtype}")
+        return compiled(x)
+
+    return kernel
 
 
 COMMON = dict(op="softmax", backend="torch", runs_on_cpu=True)

@@ -48,11 +48,17 @@ class Operator:
     edge_shapes: tuple[Shape, ...]
     cpu_edge_max_n: int
     """Edge shapes longer than this are left to the GPU (the Triton interpreter is slow)."""
+    cpu_tolerances: dict[torch.dtype, Tolerance] | None = None
+    """Tolerances for inputs on the CPU, where they differ (CPU kernels sum in another order)."""
     error_scale: Callable[..., torch.Tensor] | None = None
     """error_scale(*inputs): per element, the magnitude its rounding error grows with (float64), where
     that is not |reference| (lab/check.py)."""
     shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
     x_label: str = "N (row length)"
+
+    def tolerances_for(self, device: torch.device | str) -> dict[torch.dtype, Tolerance]:
+        cpu = torch.device(device).type == "cpu"
+        return {**self.tolerances, **(self.cpu_tolerances or {})} if cpu else self.tolerances
 
     def ceiling_fraction(self, traffic: Traffic) -> float:
         """Fraction of a copy's bandwidth that a variant moving `traffic` can reach at best."""

@@ -30,6 +30,11 @@ TOLERANCES: dict[torch.dtype, Tolerance] = {
 }
 
 
+# PyTorch's CPU kernel sums a row in float32 in order, an error that grows with N (bounded by about
+# N * 2^-24): 1.1e-4 relative measured at N = 262144, where the GPU kernels' tree sums stay under 2e-5.
+CPU_TOLERANCES = {torch.float32: Tolerance(rtol=5e-4, atol_rel=1e-7, norm_tol=2e-4)}
+
+
 def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
     for n in inputs.SPECIAL_NS:
         x, labels = inputs.special_input(n, dtype, device, seed)
@@ -43,6 +48,7 @@ SOFTMAX = register_operator(Operator(
     special_cases=lambda dtype, device, seed: list(special_cases(dtype, device, seed)),
     reference=reference,
     tolerances=TOLERANCES,
+    cpu_tolerances=CPU_TOLERANCES,
     bytes_moved=lambda shape, dtype: 2 * shape.m * shape.n * torch.empty((), dtype=dtype).element_size(),
     bytes_formula="2*M*N*itemsize",
     min_traffic=Traffic(1, 1),
