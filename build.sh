@@ -25,9 +25,10 @@ without() {  # what the lab does without an optional package
     ninja) echo "the extension builds one file at a time" ;;
     matplotlib) echo "results are saved without plots" ;;
     ruff) echo "the lint test is skipped" ;;
+    rich) echo "a terminal gets plain tables and no progress bar" ;;
   esac
 }
-for pkg in numpy pytest ninja matplotlib ruff; do
+for pkg in numpy pytest ninja matplotlib ruff rich; do
   has_module "$pkg" || pip_install "$pkg" || say "$pkg missing: $(without "$pkg")"
 done
 

@@ -48,6 +48,11 @@ def _fmt(v: float | None, spec: str = ".0f") -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _gbps(v: float | None) -> str:
+    """GB/s with three significant digits below 100 (small CPU shapes move little), whole above."""
+    return "" if v is None or math.isnan(v) else format(v, ".0f") if v >= 100 else format(v, ".3g")
+
+
 METRICS = ("gbps", "pct_copy", "latency", "speedup", "accuracy")
 """What a table cell can show: GB/s, percent of the copy ceiling, the median time in microseconds,
 the speed-up over the operator's baseline, the worst error as a fraction of the tolerance."""
@@ -56,7 +61,7 @@ the speed-up over the operator's baseline, the worst error as a fraction of the 
 def cell(r: Result, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy")) -> str:
     if r.status == "ok":
         parts = {
-            "gbps": _fmt(r.gbps),
+            "gbps": _gbps(r.gbps),
             "pct_copy": f"({_fmt(r.pct_copy)}%)" if r.pct_copy is not None else "",
             "latency": f"{_fmt(r.median_ms * 1e3 if r.median_ms is not None else None, '.1f')}us",
             "speedup": f"{_fmt(r.speedup_vs_torch, '.2f')}x" if r.speedup_vs_torch else "",
@@ -101,6 +106,18 @@ def text_table(header: list[str], rows: list[list[str]]) -> str:
         return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def rich_table(header: list[str], rows: list[list[str]], title: str):
+    """The same table as text_table, as a rich Table (for a terminal)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    return table
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -9,6 +9,7 @@ compiled but needing a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -139,8 +140,28 @@ class Runnable:
 WIDTH = 120  # the widest line the lab prints, tables aside
 
 
+# On a terminal, with rich installed: tables drawn by rich and a progress bar over the points; the
+# plain text otherwise (logs, pipes, CI), which is what the tests read.
+TERMINAL = sys.stdout.isatty()
+_PROGRESS: list = []  # the rich Progress while the points run
+
+
+def rich_console():
+    """rich's Console when the output is a terminal and rich is installed, else None."""
+    if not TERMINAL:
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return _PROGRESS[0].console if _PROGRESS else Console(width=max(WIDTH, 200))
+
+
 def log(msg: str = "") -> None:
-    print(msg, flush=True)
+    if _PROGRESS:  # above the progress bar, not through it
+        _PROGRESS[0].console.print(msg, markup=False, highlight=False)
+    else:
+        print(msg, flush=True)
 
 
 def wrap(text: str, indent: int = 4) -> str:
@@ -260,6 +281,32 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
     what = "checking" if args.check_only else f"checking, then timing ({bench.method(device, args.cudagraph)})"
     log("\n" + wrap(f"{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
                      f"GB/s = {op.bytes_formula} / time"))
+    with progress_bar(total) as advance:
+        sweep_points(op, runnable, plan, dtypes, device, args, results, total, advance)
+
+
+@contextlib.contextmanager
+def progress_bar(total: int):
+    """A rich progress bar over the points on a terminal (yields advance(description)); a no-op elsewhere,
+    where each point's line is the progress."""
+    if rich_console() is None:
+        yield lambda description: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True) as progress:
+        task = progress.add_task("points", total=total)
+        _PROGRESS.append(progress)
+        try:
+            yield lambda description: progress.update(task, advance=1, description=description)
+        finally:
+            _PROGRESS.clear()
+
+
+def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
+                 dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace,
+                 results: list[report.Result], total: int, advance) -> None:
     k = 0
     for dtype in dtypes:
         for sweep, shape in plan:
@@ -283,6 +330,7 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
             cells = "  ".join(f"{p.variant}={report.cell(p, args.metrics)}" for p in point)
             took = time.perf_counter() - start
             log(wrap(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}"))
+            advance(f"{sweep} {dtype_name(dtype)} {op.shape_label(shape)}")
             for p in point:
                 if p.status == "failed":
                     log(f"    FAIL {p.variant}: {p.reason}")
@@ -422,11 +470,16 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
 
 
 def print_tables(op: Operator, results: list[report.Result], metrics: list[str]) -> None:
+    console = rich_console()
     for (sweep, dtype), rs in report.grouped(results).items():
         header, rows = report.table_rows(rs, op.shape_label, metrics)
-        log(f"\n{op.name}, {sweep} sweep, {dtype}: {', '.join(metrics)}; '-' skipped (reason below), "
-            "FAIL failed the check")
-        log(report.text_table(header, rows))
+        title = f"{op.name}, {sweep} sweep, {dtype}: {', '.join(metrics)}; '-' skipped (reason below), FAIL failed"
+        if console is not None:
+            log()
+            console.print(report.rich_table(header, rows, title))
+        else:
+            log(f"\n{title} the check")
+            log(report.text_table(header, rows))
 
 
 def resource_report() -> list:

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from lab.env import ROOT
 from lab.registry import variants
 from tests.test_cli import assert_clean, lab_test
@@ -138,3 +140,23 @@ def test_help_names_the_flags_the_readme_uses():
     missing = [f for f in flags if f not in help_text and f not in ("--no-build-isolation",)]
     assert not missing, f"README flags absent from --help: {missing}"
     assert "BENCHMARKS.md" not in help_text and "the seeds" not in help_text
+
+
+def test_rich_tables_on_a_terminal():
+    pytest.importorskip("rich", reason="rich is not installed (plain tables then)")
+    from rich.console import Console
+
+    from lab import report
+
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(report.rich_table(["shape", "copy GB/s", TORCH], [["8x100", "12", "3.45 (28%)"]], "title"))
+    text = console.export_text()
+    assert "8x100" in text and "3.45 (28%)" in text and TORCH in text
+
+
+def test_small_numbers_keep_their_digits():
+    from lab import report
+
+    r = report.Result("s", TORCH, "torch", "float32", 8, 100, 100, "ok", gbps=0.4567, pct_copy=27.0,
+                      median_ms=0.0123)
+    assert report.cell(r, ["gbps", "pct_copy", "latency"]) == "0.457 (27%) 12.3us"
