@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import platform
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import torch
@@ -94,3 +96,23 @@ def environment() -> dict:
         "liger-kernel": version("liger-kernel"),
         **gpu_record(),
     }
+
+
+def quiet_third_party() -> None:
+    """Messages of other libraries that say nothing about the lab's run (the lab's own process only)."""
+    # torch's extension helpers, imported by Inductor on a machine without a CUDA runtime
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    # Inductor's note that it split a long row's reduction and so did not use its online softmax
+    warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
+    # TorchScript's deprecation (torch.jit_naive is kept as a rung of the ladder while torch has it)
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=DeprecationWarning)
+    # the Triton interpreter's NumPy: overflow and invalid values on the special rows (inf, NaN) are
+    # the point of those rows, and a NumPy deprecation inside the interpreter
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"triton\.runtime\.interpreter")
+
+from lab import operators  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+OPERATORS = operators.operators()

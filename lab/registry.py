@@ -69,6 +69,9 @@ class Variant:
     per_shape: bool = False
     """`build` must be called again for each new shape and dtype (e.g. torch.compile)."""
     runs_on_cpu: bool = False
+    thresholds: Callable[[torch.dtype], list[int]] | None = None
+    """Row lengths where the variant's launch changes, read from its own tables (lab.fuzz tests both
+    sides of each)."""
     prepare: Callable[[list], None] | None = None
     """Called by the lab's runner with this run's results so far (report.Result records) before the
     variant is checked and timed at a point: cuda.auto builds its dispatch table from them."""

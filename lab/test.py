@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 import textwrap
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,22 +24,8 @@ if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-
-def quiet_third_party() -> None:
-    """Messages of other libraries that say nothing about the lab's run (the lab's own process only)."""
-    # torch's extension helpers, imported by Inductor on a machine without a CUDA runtime
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    # Inductor's note that it split a long row's reduction and so did not use its online softmax
-    warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
-    # TorchScript's deprecation (torch.jit_naive is kept as a rung of the ladder while torch has it)
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated", category=DeprecationWarning)
-    # the Triton interpreter's NumPy: overflow and invalid values on the special rows (inf, NaN) are
-    # the point of those rows, and a NumPy deprecation inside the interpreter
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"triton\.runtime\.interpreter")
-
 from lab import bench, check, dispatch, inputs, operators, report  # noqa: E402
-from lab.env import clocks_under_load, environment, results_root  # noqa: E402
+from lab.env import clocks_under_load, environment, quiet_third_party, results_root  # noqa: E402
 from lab.operators import Operator  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
 

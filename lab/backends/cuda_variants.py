@@ -87,6 +87,24 @@ def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: s
 AUTO_OP = "softmax"  # torch.ops.lab.softmax: the dispatching entry, registered as cuda.auto
 
 
+def cluster_thresholds(dtype: torch.dtype) -> list[int]:
+    """The longest row of each entry of cuda.cluster's launch table, found by asking the launcher's own
+    plan (torch.ops.lab_tune.cluster_plan) where it changes between powers of two."""
+    load_extension()
+    lengths = [2**k for k in range(5, 22)]
+    plans = [list(torch.ops.lab_tune.cluster_plan(n, dtype)) for n in lengths]
+    return [n for n, a, b in zip(lengths, plans, plans[1:], strict=False) if a != b]
+
+
+def auto_thresholds(dtype: torch.dtype) -> list[int]:
+    """The row lengths of the dispatch table of this GPU model (lab/dispatch.py), and the default rule's."""
+    from lab import dispatch
+
+    path = dispatch.table_path(dispatch.current_gpu())
+    table = dispatch.load(path) if path.exists() else {"entries": {}}
+    return sorted({e[0] for e in table["entries"].get(str(dtype).removeprefix("torch."), [])} | {2048, 8192})
+
+
 def rebuild_auto_table(results: list) -> None:
     """cuda.auto's `prepare`: the dispatch table from this run's results so far (lab/dispatch.py)."""
     from lab import dispatch
@@ -123,12 +141,13 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("cluster", Traffic(1, 1),
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
               "persistent with cp.async prefetch: 1 read, 1 write (2 reads past 512K elements)",
-              min_capability=(9, 0), needs="thread-block clusters"),
+              min_capability=(9, 0), needs="thread-block clusters", thresholds=cluster_thresholds),
 )}
 # After the variants it dispatches to, so that the runner has timed them at a point before auto.
 AUTO = _register("auto", Traffic(1, 1),
                  "torch.ops.lab.softmax: each (dtype, N, M) to the fastest CUDA variant measured on this GPU "
-                 "(dispatch table), else a default rule", torch_name=AUTO_OP, prepare=rebuild_auto_table)
+                 "(dispatch table), else a default rule", torch_name=AUTO_OP, prepare=rebuild_auto_table,
+                 thresholds=auto_thresholds)
 
 VECTOR_ADD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("grid_stride", Traffic(2, 1), "16-byte accesses, 4 packs of a and b in flight per thread, grid-stride "

@@ -1,0 +1,218 @@
+"""Randomized differential testing of the softmax variants against float64 torch.softmax.
+
+    python -m lab.fuzz [--cases 10000] [--seed 0] [--only NAMES] [--skip NAMES] [--max-elements E]
+    python -m lab.fuzz --seed S --case K --only NAME      # one case again: what a failure prints
+
+Each case is drawn from a seeded generator: M from 0 to large (within --max-elements), N from 1 to
+2^20 (small numbers, primes, powers of two and their neighbours, both sides of every threshold the
+variants' own launch tables declare, and random lengths), float32, float16 or bfloat16, row strides
+larger than N, views whose first element is not 16-byte aligned, and values of one of several
+kinds: normal, wide uniform, per-row outliers, causal-mask -inf tails, fully -inf rows, +inf, NaN,
+huge magnitudes, all-equal rows, tiny magnitudes. Every variant that can take a case runs it into a
+NaN-poisoned output and is compared with the reference as the lab checks (lab/check.py); every
+tenth float32 case also compares the gradient through the variant with float64's, where the variant
+records one. A mismatch prints the one-line command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from lab import check, operators
+from lab.env import quiet_third_party
+from lab.inputs import Shape, irregular
+from lab.registry import Unavailable, Variant, dtype_name, variants
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf rows", "+inf", "NaN", "huge",
+         "all equal", "tiny")
+PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
+          524287, 1048573)
+MAX_N = 2**20 + 1
+
+
+@dataclass(frozen=True)
+class Case:
+    seed: int
+    index: int
+    m: int
+    n: int
+    stride: int  # elements between row starts (>= n)
+    offset: int  # elements before the first row: a view that starts mid-pack when not a multiple of 8
+    dtype: str
+    kind: str
+
+    def describe(self) -> str:
+        extra = (f"/{self.stride}" if self.stride != self.n else "") + (f" +{self.offset}" if self.offset else "")
+        return f"case {self.index}: {self.m}x{self.n}{extra} {self.dtype} {self.kind}"
+
+
+def lengths(thresholds: list[int], max_n: int) -> list[int]:
+    """The row lengths cases are drawn from (besides random ones)."""
+    special = set(range(1, 9)) | set(PRIMES)
+    for k in range(21):
+        special |= {2**k - 1, 2**k, 2**k + 1}
+    for t in thresholds:
+        special |= {t - 1, t, t + 1}
+    return sorted(n for n in special if 1 <= n <= max_n)
+
+
+def variant_thresholds(vs: list[Variant]) -> list[int]:
+    """Row lengths where a variant's launch changes, as its own tables declare them."""
+    out: set[int] = set()
+    for v in vs:
+        if v.max_n:
+            out.add(v.max_n)
+        if v.thresholds is not None:
+            for dtype in DTYPES:
+                out |= set(v.thresholds(dtype))
+    return sorted(out)
+
+
+def draw(seed: int, index: int, ns: list[int], max_elements: int, max_n: int) -> Case:
+    rng = random.Random(seed * 1_000_003 + index)
+    n = rng.choice(ns) if rng.random() < 0.7 else rng.randint(1, max_n)
+    n = min(n, max_n)
+    budget = max(1, max_elements // n)
+    m = rng.choice([0, 1, 2, 3, rng.randint(1, min(64, budget)), rng.randint(1, budget)])
+    m = min(m, budget)
+    stride = n if rng.random() < 0.7 else n + rng.choice([1, 3, 8, rng.randint(1, 64)])
+    offset = 0 if rng.random() < 0.75 else rng.choice([1, 2, 3, 5, 7])
+    return Case(seed, index, m, n, stride, offset, dtype_name(rng.choice(DTYPES)), rng.choice(KINDS))
+
+
+def make(case: Case, device: torch.device | str) -> torch.Tensor:
+    """The case's input: a view of a NaN-padded buffer (reading past a row poisons the result)."""
+    dtype = getattr(torch, case.dtype)
+    g = torch.Generator(device="cpu").manual_seed(case.seed * 1_000_003 + case.index)
+    m, n = case.m, case.n
+    x = irregular(m, n, g, "cpu") if m else torch.empty(0, n)
+    if case.kind == "wide uniform":
+        x = (torch.rand(m, n, generator=g) - 0.5) * 2000
+    elif case.kind == "causal -inf tail" and n > 1:
+        keep = torch.randint(1, n + 1, (m, 1), generator=g)
+        x = x.masked_fill(torch.arange(n) >= keep, -math.inf)
+    elif case.kind == "all -inf rows" and m:
+        x[torch.rand(m, generator=g) < 0.5] = -math.inf
+    elif case.kind == "+inf" and m:
+        x[torch.arange(m), torch.randint(0, n, (m,), generator=g)] = math.inf
+    elif case.kind == "NaN" and m:
+        rows = torch.rand(m, generator=g) < 0.5
+        x[rows, torch.randint(0, n, (int(rows.sum()),), generator=g)] = math.nan
+    elif case.kind == "huge":
+        x = x.sign() * torch.finfo(dtype).max * (0.5 + 0.5 * torch.rand(m, n, generator=g))
+    elif case.kind == "all equal":
+        x = torch.full((m, n), 3.25) if m else x
+    elif case.kind == "tiny":
+        x = x * torch.finfo(dtype).tiny
+    buf = torch.full((case.offset + max(m, 1) * case.stride,), math.nan, dtype=dtype)
+    view = buf[case.offset:case.offset + m * case.stride].view(m, case.stride)[:, :n] if m else \
+        buf[case.offset:case.offset].view(0, n)
+    view.copy_(x.to(dtype))
+    return view.to(device) if torch.device(device).type != "cpu" else view
+
+
+def run_case(v: Variant, case: Case, x: torch.Tensor, ref: torch.Tensor, op) -> str | None:
+    """None if the variant matches the reference on this case (and its gradient, where checked)."""
+    res = check.check(v.kernel(), x, v.writes_out, ref, op=op)
+    if not res.ok:
+        return res.summary()
+    if case.index % 10 == 0 and case.dtype == "float32" and case.m and math.isfinite(x.float().abs().sum()):
+        return gradient_mismatch(v, x)
+    return None
+
+
+def gradient_mismatch(v: Variant, x: torch.Tensor) -> str | None:
+    xg = x.detach().clone().requires_grad_()
+    try:
+        y = v.kernel()(xg)
+    except RuntimeError as e:
+        return f"FAIL (gradient): the forward on a tensor that requires grad raised: {e}".splitlines()[0]
+    if y.grad_fn is None:
+        return "FAIL (gradient): no gradient recorded on a tensor that requires grad"
+    dy = torch.randn(y.shape, dtype=y.dtype, device=y.device, generator=None)
+    y.backward(dy)
+    backward = operators.get("softmax_backward")
+    y64 = torch.softmax(x.double(), -1)
+    res = check.compare(xg.grad, backward.reference(y64, dy), x.dtype, None,
+                        backward.tolerances_for(x.device), backward.error_scale(y64, dy))
+    return None if res.ok else "FAIL (gradient): " + res.summary()
+
+
+def cases(seed: int, count: int, ns: list[int], max_elements: int, max_n: int,
+          only: int | None = None) -> Iterator[Case]:
+    indices = [only] if only is not None else range(count)
+    for i in indices:
+        yield draw(seed, i, ns, max_elements, max_n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab.fuzz", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=1000, help="cases per run (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--case", type=int, help="run only this case (a failure's reproduction)")
+    p.add_argument("--only", "-v", action="append", metavar="NAMES", help="variants (as python -m lab.test)")
+    p.add_argument("--skip", action="append", metavar="NAMES")
+    p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per case (default 2^24)")
+    p.add_argument("--max-n", type=int, default=MAX_N, help=f"the longest row (default {MAX_N})")
+    p.add_argument("--json", type=Path, help="write the counts and mismatches here")
+    args = p.parse_args(argv)
+    quiet_third_party()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    op = operators.get("softmax")
+    chosen = variants("softmax", patterns=args.only, skip=args.skip)
+    runnable = []
+    for v in chosen:
+        reason = v.availability() or (None if device.type == "cuda" or v.runs_on_cpu else "needs a GPU")
+        if reason:
+            print(f"not run {v.name}: {reason}")
+        else:
+            runnable.append(v)
+    if not runnable:
+        print("no variant can run here")
+        return 2
+    ns = lengths(variant_thresholds(runnable), args.max_n)
+    counts = {v.name: {"cases": 0, "skipped": 0, "mismatches": []} for v in runnable}
+    start = time.perf_counter()
+    for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case)):
+        x = make(case, device)
+        ref = op.reference(x)
+        for v in runnable:
+            c = counts[v.name]
+            if v.skip_reason(Shape.of(x), x.dtype):
+                c["skipped"] += 1
+                continue
+            try:
+                problem = run_case(v, case, x, ref, op)
+            except Unavailable as e:
+                problem = f"unavailable: {e}"
+            c["cases"] += 1
+            if problem:
+                repro = f"python -m lab.fuzz --seed {case.seed} --case {case.index} --only {v.name}"
+                c["mismatches"].append({"case": asdict(case), "problem": problem, "repro": repro})
+                print(f"MISMATCH {v.name} {case.describe()}: {problem}\n    reproduce: {repro}", flush=True)
+        if (k + 1) % 500 == 0:
+            print(f"{k + 1} cases in {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"\n{'variant':<24} {'cases':>7} {'skipped':>8} {'mismatches':>11}")
+    for name, c in counts.items():
+        print(f"{name:<24} {c['cases']:>7} {c['skipped']:>8} {len(c['mismatches']):>11}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"seed": args.seed, "cases": args.cases, "device": str(device),
+                                         "variants": counts}, indent=1))
+    return 1 if any(c["mismatches"] for c in counts.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Randomized differential testing (lab/fuzz.py): the quick CPU subset of the H200 run (torch variants,
+Triton under the interpreter), reproducibility of a case, the lengths it draws, and a planted wrong
+variant caught with the command that reproduces it."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lab import fuzz, registry
+from lab.env import ROOT
+from lab.registry import Traffic, Variant, register
+
+
+def test_quick_subset_has_no_mismatch(tmp_path):
+    """120 cases (N <= 3000, M * N <= 6000), every variant that runs on the CPU here."""
+    out = tmp_path / "fuzz.json"
+    code = fuzz.main(["--cases", "120", "--max-elements", "6000", "--max-n", "3000", "--skip", "torch.compile",
+                      "--json", str(out)])
+    assert code == 0
+    import json
+
+    counts = json.loads(out.read_text())["variants"]
+    assert counts and all(c["cases"] > 0 and not c["mismatches"] for c in counts.values()), counts
+
+
+def test_a_case_is_the_same_every_time():
+    ns = fuzz.lengths([100, 4096], 5000)
+    a, b = fuzz.draw(7, 123, ns, 10**5, 5000), fuzz.draw(7, 123, ns, 10**5, 5000)
+    assert a == b
+    xa, xb = fuzz.make(a, "cpu"), fuzz.make(b, "cpu")
+    assert torch.equal(xa.nan_to_num(), xb.nan_to_num()) and xa.shape == (a.m, a.n)
+
+
+def test_lengths_cover_both_sides_of_every_threshold_and_the_extremes():
+    ns = fuzz.lengths([3000, 16384], fuzz.MAX_N)
+    assert {1, 2999, 3000, 3001, 16383, 16384, 16385, 2**20 - 1, 2**20, 2**20 + 1} <= set(ns)
+    assert 1048573 in ns, "primes"
+
+
+def test_kinds_and_layouts_are_all_drawn():
+    ns = fuzz.lengths([], 5000)
+    drawn = [fuzz.draw(0, i, ns, 10**5, 5000) for i in range(600)]
+    assert {c.kind for c in drawn} == set(fuzz.KINDS)
+    assert {c.dtype for c in drawn} == {"float32", "float16", "bfloat16"}
+    assert any(c.stride > c.n for c in drawn) and any(c.offset % 8 for c in drawn) and any(c.m == 0 for c in drawn)
+
+
+@pytest.fixture
+def planted():
+    def wrong(x, out):
+        out.copy_(torch.softmax(x.float(), -1).to(x.dtype))
+        if x.shape[0] > 1 and x.shape[1] > 4:
+            out[-1, 2] += 0.01  # wrong in one element of the last row
+        return out
+
+    v = register(Variant(op="softmax", name="torch.planted_wrong", backend="torch", description="planted",
+                         build=lambda: wrong, traffic=Traffic(1, 1), writes_out=True, runs_on_cpu=True))
+    yield v
+    del registry._REGISTRY[v.key]
+
+
+def test_a_mismatch_prints_the_command_that_reproduces_it(planted, capsys):
+    code = fuzz.main(["--cases", "20", "--max-elements", "20000", "--max-n", "2000", "--only", planted.name])
+    out = capsys.readouterr().out
+    assert code == 1
+    line = next(s for s in out.splitlines() if s.strip().startswith("reproduce: "))
+    command = line.split("reproduce: ")[1]
+    assert command.startswith("python -m lab.fuzz --seed 0 --case ") and command.endswith(planted.name)
+    case = int(command.split("--case ")[1].split()[0])
+    assert fuzz.main(["--seed", "0", "--case", str(case), "--max-elements", "20000", "--max-n", "2000",
+                      "--only", planted.name]) == 1, "the printed command reproduces the mismatch"
+
+
+def test_cli_runs():
+    proc = subprocess.run([sys.executable, "-m", "lab.fuzz", "--cases", "5", "--max-elements", "5000", "--max-n",
+                           "1000", "--only", "torch.softmax"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "torch.softmax" in proc.stdout
