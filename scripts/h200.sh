@@ -6,6 +6,9 @@
 #   bash scripts/h200.sh checks   build, the resource report, the whole pytest suite (GPU tests
 #                                 included) and compute-sanitizer memcheck + racecheck
 #   bash scripts/h200.sh full     lab, then checks
+#   bash scripts/h200.sh trust    build, then scripts/trust.py: randomized testing (10,000 cases per
+#                                 variant), large tensors, the four sanitizers, citizenship, bad
+#                                 input: $OUT/h200/trust.md, trust.json, fuzz.json
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt)
@@ -40,7 +43,7 @@ checks() {
     echo "== resources"; $PYTHON -m lab.test --resources | tail -1
     echo "== pytest"; $PYTHON -m pytest -q -p no:cacheprovider -rfEs --durations=5 || rc=1
     echo "== compute-sanitizer"; bash scripts/sanitize.sh build/sanitizer || rc=1
-    cat build/sanitizer/memcheck.log build/sanitizer/racecheck.log build/sanitizer/synccheck.log >"$OUT/sanitizer.log"
+    cat build/sanitizer/{memcheck,racecheck,synccheck,initcheck}.log >"$OUT/sanitizer.log"
     exit $rc
   } 2>&1 | tee -a "$log" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -69,7 +72,9 @@ case "$MODE" in
   checks) checks ;;
   full) lab; checks ;;
   tune) tune ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|checks|full|tune"; exit 2 ;;
+  trust) $PYTHON scripts/trust.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
+         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|checks|full|tune|trust"; exit 2 ;;
 esac
 echo "== done $(date -u), status $status" | tee -a "$log"
 exit $status

@@ -1,0 +1,234 @@
+"""How far the lab's softmax variants can be trusted, measured on a GPU, written to trust.md and trust.json.
+
+    python scripts/trust.py --out results/h200 [--cases 10000] [--skip-sanitizers]
+
+1. Randomized differential testing (lab.fuzz): --cases seeded cases against float64 for every variant
+   that can run, gradients included; mismatches with the command that reproduces each.
+2. Large tensors: more than 2^31 elements, as many short rows and as few long rows, for every
+   variant that claims the shape (the GPU tests' 64-bit indexing cases).
+3. The four compute-sanitizer tools over every CUDA variant (scripts/sanitize.sh).
+4. PyTorch citizenship, per variant: inside torch.compile(fullgraph=True), captured in a CUDA graph
+   and replayed, on a non-default stream, torch.library.opcheck (CUDA ops, .out included),
+   bitwise-identical output across runs, `out` aliasing `x`.
+5. Bad input, per variant: a CPU tensor, an integer and a float64 tensor, a non-contiguous last
+   dimension, an empty tensor, a mismatched `out`: the right answer or a clear error naming the
+   variant; a crash, a hang or a wrong result is a failure.
+Each cell is measured, never assumed: a property a variant cannot have (opcheck of a Triton kernel)
+is marked n/a with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from lab import check, fuzz, operators
+from lab.env import ROOT, environment, quiet_third_party
+from lab.inputs import Shape, make_input
+from lab.registry import Variant, variants
+
+SOFTMAX = operators.get("softmax")
+PASS, FAIL = "pass", "FAIL"
+
+
+def cell(ok: bool, why: str = "") -> dict:
+    return {"result": PASS if ok else FAIL, "why": why}
+
+
+def na(why: str) -> dict:
+    return {"result": "n/a", "why": why}
+
+
+def agrees(y: torch.Tensor, x: torch.Tensor) -> bool:
+    return check.compare(y, SOFTMAX.reference(x), x.dtype, tolerances=SOFTMAX.tolerances).ok
+
+
+def citizenship(v: Variant) -> dict[str, dict]:
+    kernel = v.kernel()
+    x = make_input(Shape(64, 1000), torch.float32, "cuda", 3)
+    out: dict[str, dict] = {}
+    try:
+        compiled = torch.compile(lambda t: kernel(t), fullgraph=True)
+        out["torch.compile(fullgraph=True)"] = cell(agrees(compiled(x), x))
+    except Exception as e:  # the finding is the failure itself
+        out["torch.compile(fullgraph=True)"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    try:
+        static = x.clone()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            kernel(static)  # warm-up (compilation, allocation) outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = kernel(static)
+        static.copy_(make_input(Shape(64, 1000), torch.float32, "cuda", 4))
+        graph.replay()
+        torch.cuda.synchronize()
+        out["CUDA graph capture and replay"] = cell(agrees(y, static))
+    except Exception as e:
+        out["CUDA graph capture and replay"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = kernel(x)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        out["non-default stream"] = cell(agrees(y, x))
+    except Exception as e:
+        out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    if v.backend == "cuda":
+        from lab.backends.cuda_variants import AUTO_OP, torch_op
+
+        name = AUTO_OP if v.name == "cuda.auto" else torch_op("softmax", v.name.removeprefix("cuda."))
+        op = getattr(torch.ops.lab, name)
+        try:
+            torch.library.opcheck(op.default, (x,))
+            torch.library.opcheck(op.out, (x,), {"out": torch.empty_like(x)})
+            out["opcheck (.default and .out)"] = cell(True)
+        except Exception as e:
+            out["opcheck (.default and .out)"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    else:
+        out["opcheck (.default and .out)"] = na("not a torch.library op")
+    runs = [kernel(x) for _ in range(3)]
+    torch.cuda.synchronize()
+    out["bitwise identical across runs"] = cell(all(torch.equal(runs[0], r) for r in runs[1:]))
+    if v.writes_out:
+        try:
+            z = x.clone()
+            kernel(z, z)
+            torch.cuda.synchronize()
+            out["out aliasing x"] = cell(agrees(z, x))
+        except Exception as e:
+            # A clear refusal is a pass: aliasing is not silently wrong.
+            clear = v.name.split(".", 1)[1] in str(e) or "alias" in str(e) or "overlap" in str(e)
+            out["out aliasing x"] = cell(clear, f"refused: {e}".splitlines()[0][:200])
+    else:
+        out["out aliasing x"] = na("takes no out")
+    return out
+
+
+def bad_inputs(v: Variant) -> dict[str, dict]:
+    kernel = v.kernel()
+    x = make_input(Shape(4, 10), torch.float32, "cuda", 5)
+    cases = {
+        "CPU tensor": ((x.cpu(),), None),
+        "int32 tensor": ((torch.ones(4, 10, dtype=torch.int32, device="cuda"),), None),
+        "float64 tensor": ((x.double(),), x.double()),
+        "non-contiguous last dim": ((torch.randn(10, 4, device="cuda").t(),), None),
+        "empty tensor": ((torch.empty(0, 10, device="cuda"),), torch.empty(0, 10, device="cuda")),
+    }
+    if v.writes_out:
+        cases["mismatched out"] = ((x, torch.empty(4, 11, device="cuda")), None)
+    out: dict[str, dict] = {}
+    short = v.name.split(".", 1)[1]
+    for label, (args, answerable) in cases.items():
+        try:
+            y = kernel(*args)
+            torch.cuda.synchronize()
+        except Exception as e:
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            named = short in message or v.name in message or v.backend == "torch" or v.backend == "peer"
+            out[label] = cell(named, f"error: {message[:160]}")
+            continue
+        # No error: the answer must be right (an empty result for an empty input).
+        first = args[0]
+        right = answerable is not None and y.shape == first.shape and (
+            first.numel() == 0 or agrees(y.to(first.dtype), first))
+        out[label] = cell(right, "returned a result" + ("" if right else ", wrong or for an input it should refuse"))
+    return out
+
+
+def large_tensors() -> dict:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py",
+                           "-k", "64bit"], cwd=ROOT, capture_output=True, text=True)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
+    return {"command": "python -m pytest tests/test_gpu.py -k 64bit", "returncode": proc.returncode,
+            "summary": summary, "shapes": "32769 x 65536 and 2097153 x 1024 (just over 2^31 elements)"}
+
+
+def sanitizers() -> dict:
+    proc = subprocess.run(["bash", "scripts/sanitize.sh", "build/sanitizer"], cwd=ROOT, capture_output=True,
+                          text=True)
+    tools = {}
+    for line in proc.stdout.splitlines():
+        if m := re.match(r"compute-sanitizer --tool (\w+) \(exit (\d+)\): (.*)", line):
+            errors = re.search(r"(\d+) (errors|hazards)", m.group(3))
+            tools[m.group(1)] = {"exit": int(m.group(2)), "summary": m.group(3).strip(),
+                                 "errors": int(errors.group(1)) if errors else None}
+    return {"returncode": proc.returncode, "tools": tools}
+
+
+def write_markdown(data: dict, path: Path) -> None:
+    md = ["# softmax-lab: how far the softmax variants can be trusted", "",
+          f"Produced by `python scripts/trust.py` at commit `{data['environment']['commit']}` on "
+          f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", "",
+          "## Randomized differential testing", "",
+          f"{data['fuzz']['cases']} seeded cases (seed {data['fuzz']['seed']}) against float64 torch.softmax, "
+          "gradients on every tenth float32 case.", "",
+          "| variant | cases | skipped (shape or dtype it does not take) | mismatches |", "|---|---|---|---|"]
+    for name, c in data["fuzz"]["variants"].items():
+        md.append(f"| `{name}` | {c['cases']} | {c['skipped']} | {len(c['mismatches'])} |")
+    for name, c in data["fuzz"]["variants"].items():
+        for m in c["mismatches"][:5]:
+            md.append(f"\n- `{name}`: {m['problem']} (`{m['repro']}`)")
+    md += ["", "## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}: "
+           f"`{data['large']['command']}`: {data['large']['summary']}", ""]
+    if "sanitizers" in data:
+        md += ["## compute-sanitizer over every CUDA variant", "", "| tool | errors | summary |", "|---|---|---|",
+               *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
+    for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs")):
+        table = data[key]
+        columns = list(dict.fromkeys(c for row in table.values() for c in row))
+        md += [f"## {title}", "", "| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name, row in table.items():
+            md.append(f"| `{name}` | " + " | ".join(row.get(c, {}).get("result", "") for c in columns) + " |")
+        notes = [(name, c, r["why"]) for name, row in table.items() for c, r in row.items()
+                 if r["result"] != PASS and r["why"]]
+        md += ["", *(f"- `{n}`, {c}: {w}" for n, c, w in notes), ""]
+    path.write_text("\n".join(md))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cases", type=int, default=10000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
+    args = p.parse_args()
+    quiet_third_party()
+    if not torch.cuda.is_available():
+        sys.exit("trust: needs a GPU")
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    data: dict = {"environment": environment()}
+    fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--json", str(args.out / "fuzz.json")])
+    data["fuzz"] = json.loads((args.out / "fuzz.json").read_text())
+    print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
+    runnable = [v for v in variants("softmax") if v.availability() is None]
+    data["citizenship"] = {v.name: citizenship(v) for v in runnable}
+    data["bad_inputs"] = {v.name: bad_inputs(v) for v in runnable}
+    data["large"] = large_tensors()
+    if not args.skip_sanitizers:
+        data["sanitizers"] = sanitizers()
+    data["seconds"] = round(time.perf_counter() - start)
+    (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
+    write_markdown(data, args.out / "trust.md")
+    failed = [(n, c) for key in ("citizenship", "bad_inputs") for n, row in data[key].items()
+              for c, r in row.items() if r["result"] == FAIL]
+    mismatches = sum(len(c["mismatches"]) for c in data["fuzz"]["variants"].values())
+    san = data.get("sanitizers", {}).get("returncode", 0)
+    print(f"trust: {mismatches} fuzz mismatches, {len(failed)} failing cells, sanitizers exit {san}, "
+          f"large tensors exit {data['large']['returncode']}; wrote {args.out}/trust.md")
+    return 1 if mismatches or failed or san or data["large"]["returncode"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

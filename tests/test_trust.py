@@ -1,0 +1,45 @@
+"""scripts/trust.py (run on a GPU) writes its report from what it measured: the report's layout, checked
+here on made-up measurements, and the script's refusal to run without a GPU."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+from lab.env import ROOT
+
+spec = importlib.util.spec_from_file_location("trust", ROOT / "scripts" / "trust.py")
+trust = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trust)
+
+
+def test_report_layout(tmp_path):
+    data = {
+        "environment": {"commit": "abc123", "gpu": "NVIDIA H200", "date": "2026-11-22"},
+        "fuzz": {"cases": 10000, "seed": 0, "variants": {
+            "cuda.cluster": {"cases": 9000, "skipped": 1000, "mismatches": []},
+            "triton.fused": {"cases": 8000, "skipped": 2000, "mismatches": [
+                {"problem": "FAIL (worst 3 of tolerance)",
+                 "repro": "python -m lab.fuzz --seed 0 --case 7 --only triton.fused"}]},
+        }},
+        "large": {"command": "pytest -k 64bit", "summary": "20 passed", "shapes": "over 2^31", "returncode": 0},
+        "sanitizers": {"returncode": 0, "tools": {"initcheck": {"errors": 0, "summary": "ERROR SUMMARY: 0 errors"}}},
+        "citizenship": {"cuda.cluster": {"torch.compile(fullgraph=True)": trust.cell(True),
+                                         "opcheck (.default and .out)": trust.cell(False, "schema mismatch")}},
+        "bad_inputs": {"cuda.cluster": {"CPU tensor": trust.cell(True, "error: lab::cluster: expected a CUDA tensor")}},
+    }
+    path = tmp_path / "trust.md"
+    trust.write_markdown(data, path)
+    md = path.read_text()
+    assert "| `cuda.cluster` | 9000 | 1000 | 0 |" in md and "| `triton.fused` | 8000 | 2000 | 1 |" in md
+    assert "python -m lab.fuzz --seed 0 --case 7 --only triton.fused" in md
+    assert "| initcheck | 0 |" in md
+    assert "| `cuda.cluster` | pass | FAIL |" in md and "schema mismatch" in md
+    assert "## Bad input" in md and "## Large tensors" in md
+
+
+def test_needs_a_gpu():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "trust.py"), "--out", "/tmp/unused"],
+                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+                                                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1 and "trust: needs a GPU" in proc.stderr
