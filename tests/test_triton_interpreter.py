@@ -341,3 +341,27 @@ def test_looped_variants_differ_only_in_hints():
     assert fns >= {looped.softmax_looped, looped.softmax_looped_no_hints}
     x = irregular(3, 5000, torch.float32)  # two chunks
     assert torch.equal(looped.softmax_looped(x), looped.softmax_looped_no_hints(x))  # hints move no values
+
+
+def test_persistent_launch_config_is_a_constant_under_torch_compile(monkeypatch):
+    """triton.persistent sizes its grid by compiling the kernel and reading its registers, which
+    Dynamo cannot trace: inside torch.compile(fullgraph=True) the answer must be a constant that
+    Dynamo takes from one eager call. The compilation is replaced by a body Dynamo cannot trace."""
+    import inspect
+
+    calls = []
+
+    def untraceable(x_dtype, block, num_warps, device_index):
+        calls.append((x_dtype, block, num_warps, device_index))
+        return (len(inspect.getsourcelines(untraceable)[0]) > 0) + 1, block * 3
+
+    monkeypatch.setattr(persistent, "_launch_config", untraceable)
+
+    def grid_scaled(x):
+        stages, programs = persistent.launch_config(x.dtype, 64, 4, 0)
+        return x * stages + programs
+
+    x = torch.ones(5)
+    compiled = torch.compile(grid_scaled, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(x), grid_scaled(x)) and torch.equal(compiled(x), torch.full((5,), 194.0))
+    assert calls and all(c == (torch.float32, 64, 4, 0) for c in calls)

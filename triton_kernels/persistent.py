@@ -10,7 +10,6 @@ to exercise the row loop).
 """
 
 import functools
-import os
 
 import torch
 import triton
@@ -18,7 +17,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import num_warps_for, prepare
+from triton_kernels.common import INTERPRETED, num_warps_for, prepare
 from triton_kernels.fused import MAX_N
 
 INTERPRETER_PROGRAMS = 4
@@ -50,10 +49,17 @@ def stage_choices(props: dict) -> tuple[int, ...]:
     return (4, 2, 1) if props["max_shared_mem"] > 200_000 else (2, 1)
 
 
-@functools.cache
+@torch.compiler.assume_constant_result
 def launch_config(x_dtype: torch.dtype, block: int, num_warps: int, device_index: int) -> tuple[int, int]:
     """(num_stages, programs): the deepest pipelining that compiles within shared memory, and SMs x
-    the programs per SM that the compiled kernel's registers and shared memory allow."""
+    the programs per SM that the compiled kernel's registers and shared memory allow. Under
+    torch.compile the answer is a constant of the graph: Dynamo calls this once at trace time instead
+    of tracing the compilation inside (which it cannot)."""
+    return _launch_config(x_dtype, block, num_warps, device_index)
+
+
+@functools.cache
+def _launch_config(x_dtype: torch.dtype, block: int, num_warps: int, device_index: int) -> tuple[int, int]:
     props = _device_properties(device_index)
     x = torch.empty((1, block), dtype=x_dtype, device=f"cuda:{device_index}")
     for num_stages in stage_choices(props):
@@ -82,7 +88,7 @@ def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torc
         return out
     block = triton.next_power_of_2(cols)
     num_warps = num_warps_for(block)
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if INTERPRETED:
         num_stages, programs = 1, INTERPRETER_PROGRAMS
     else:
         num_stages, programs = launch_config(x.dtype, block, num_warps, x.device.index)
