@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -30,17 +30,16 @@ class Operator:
     description: str
     make_inputs: Callable[[Shape, torch.dtype, torch.device | str, int], Inputs]
     """The inputs of one point: irregular values, never zeros; strided views padded with NaN."""
-    special_cases: Callable[[torch.dtype, torch.device | str, int], Sequence[SpecialCase]]
+    special_cases: Callable[[torch.dtype, torch.device | str, int], Iterable[SpecialCase]]
     """Inputs built to hit special values (inf, NaN, extremes) and layouts (misaligned views)."""
     reference: Callable[..., torch.Tensor]
     """reference(*inputs): the exact result, computed in float64."""
     tolerances: dict[torch.dtype, Tolerance]
-    bytes_moved: Callable[[Shape, torch.dtype], int]
-    """The fewest bytes a kernel must move through HBM: the numerator of GB/s."""
+    min_traffic: Traffic
+    """The fewest reads and writes through HBM a kernel must make, in units of one input's bytes
+    (M * N elements): bytes_moved, and the reference of a variant's ceiling."""
     bytes_formula: str
     """bytes_moved in words, printed with every table, e.g. "2*M*N*itemsize"."""
-    min_traffic: Traffic
-    """bytes_moved as reads and writes in units of one input's bytes (a variant's ceiling is relative to it)."""
     baseline: str
     sweeps: dict[str, tuple[Shape, ...]]
     gpu_sweeps: tuple[str, ...]
@@ -59,6 +58,11 @@ class Operator:
     def tolerances_for(self, device: torch.device | str) -> dict[torch.dtype, Tolerance]:
         cpu = torch.device(device).type == "cpu"
         return {**self.tolerances, **(self.cpu_tolerances or {})} if cpu else self.tolerances
+
+    def bytes_moved(self, shape: Shape, dtype: torch.dtype) -> int:
+        """The fewest bytes a kernel must move through HBM at this shape: the numerator of GB/s."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return round((self.min_traffic.reads + self.min_traffic.writes) * shape.m * shape.n * itemsize)
 
     def ceiling_fraction(self, traffic: Traffic) -> float:
         """Fraction of a copy's bandwidth that a variant moving `traffic` can reach at best."""
