@@ -57,30 +57,27 @@ def quack_shape_reason(shape: Shape, dtype: torch.dtype, tensors: int = 1) -> st
     return None
 
 
-def _needs(module: str, package: str) -> None:
-    """Raise Unavailable unless `module` is installed and there is a GPU. Checks the package without
-    importing it, so a machine without a GPU does not pay for the import."""
-    if importlib.util.find_spec(module) is None:
+def _import(package: str, module: str, *names: str) -> tuple:
+    """`names` from `module` of the optional `package`, or Unavailable with the reason: not installed,
+    no GPU (both checked without importing it, so a machine without a GPU does not pay for the
+    import), or installed but failing to import (a missing dependency, a broken library: its own
+    error is the reason, and the lab goes on without it)."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
         raise Unavailable(f"{package} is not installed (pip install {package})")
     if not torch.cuda.is_available():
         raise Unavailable("needs a GPU")
-
-
-def _import_failed(package: str, e: Exception) -> Unavailable:
-    """An installed peer that fails to import (a missing dependency, a broken library) is unavailable,
-    with its own error as the reason: the lab goes on without it."""
-    first = f"{e}".splitlines()[0] if f"{e}" else ""
-    return Unavailable(f"{package} is installed but failed to import ({type(e).__name__}: {first})")
+    try:
+        imported = importlib.import_module(module)
+        return tuple(getattr(imported, name) for name in names)
+    except Exception as e:  # any failure inside the optional package makes the peer unavailable
+        first = f"{e}".splitlines()[0] if f"{e}" else ""
+        raise Unavailable(f"{package} is installed but failed to import ({type(e).__name__}: {first})") from e
 
 
 def build_quack() -> Kernel:
-    _needs("quack", "quack-kernels")
-    try:
-        # The forward function itself, for the benchmark; `quack.softmax`, its autograd Function (with
-        # QuACK's backward), where a gradient is wanted, so that none is silently missing.
-        from quack.softmax import softmax, softmax_fwd
-    except Exception as e:  # any failure inside the optional package makes the peer unavailable
-        raise _import_failed("quack-kernels", e) from e
+    # The forward function itself, for the benchmark; `quack.softmax`, its autograd Function (with
+    # QuACK's backward), where a gradient is wanted, so that none is silently missing.
+    softmax, softmax_fwd = _import("quack-kernels", "quack.softmax", "softmax", "softmax_fwd")
 
     def quack_softmax(x: torch.Tensor) -> torch.Tensor:
         return softmax(x) if torch.is_grad_enabled() and x.requires_grad else softmax_fwd(x)
@@ -89,18 +86,14 @@ def build_quack() -> Kernel:
 
 
 def build_liger() -> Kernel:
-    _needs("liger_kernel", "liger-kernel")
-    try:
-        # From the submodule, not `liger_kernel.ops`: the package may swap in another implementation
-        # for the device (its LIGER_KERNEL_IMPL mechanism); the submodule is always the Triton kernel.
-        from liger_kernel.ops.softmax import LigerSoftmaxFunction
-    except Exception as e:  # any failure inside the optional package makes the peer unavailable
-        raise _import_failed("liger-kernel", e) from e
+    # From the submodule, not `liger_kernel.ops`: the package may swap in another implementation for
+    # the device (its LIGER_KERNEL_IMPL mechanism); the submodule is always the Triton kernel.
+    (liger_function,) = _import("liger-kernel", "liger_kernel.ops.softmax", "LigerSoftmaxFunction")
 
     def liger_softmax(x: torch.Tensor) -> torch.Tensor:
         # Its forward copies a strided x to a contiguous one first (ensure_contiguous): correct for a
         # row stride larger than N, at the cost of that copy.
-        return LigerSoftmaxFunction.apply(x)
+        return liger_function.apply(x)
 
     return liger_softmax
 
@@ -123,11 +116,7 @@ register(Variant(
 
 
 def build_quack_backward() -> Kernel:
-    _needs("quack", "quack-kernels")
-    try:
-        from quack.softmax import softmax_bwd
-    except Exception as e:  # any failure inside the optional package makes the peer unavailable
-        raise _import_failed("quack-kernels", e) from e
+    (softmax_bwd,) = _import("quack-kernels", "quack.softmax", "softmax_bwd")
 
     def quack_softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
         return softmax_bwd(dy, y)  # QuACK takes (dy, y)
