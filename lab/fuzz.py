@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = variants("softmax", patterns=args.only, skip=args.skip)
     runnable = []
     for v in chosen:
-        reason = v.availability() or (None if device.type == "cuda" or v.runs_on_cpu else "needs a GPU")
+        reason = v.unavailable_on(device)
         if reason:
             print(f"not run {v.name}: {reason}")
         else:

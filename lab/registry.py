@@ -69,13 +69,13 @@ class Variant:
     per_shape: bool = False
     """`build` must be called again for each new shape and dtype (e.g. torch.compile)."""
     runs_on_cpu: bool = False
+    """Runs on CPU tensors (the torch variants; Triton ones under TRITON_INTERPRET=1)."""
     thresholds: Callable[[torch.dtype], list[int]] | None = None
     """Row lengths where the variant's launch changes, read from its own tables (lab.fuzz tests both
     sides of each)."""
     prepare: Callable[[list], None] | None = None
     """Called by the lab's runner with this run's results so far (report.Result records) before the
     variant is checked and timed at a point: cuda.auto builds its dispatch table from them."""
-    """Runs on CPU tensors (the torch variants; Triton ones under TRITON_INTERPRET=1)."""
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def traffic_for(self, dtype: torch.dtype) -> Traffic:
@@ -109,6 +109,13 @@ class Variant:
         except Unavailable as e:
             return str(e)
         return None
+
+    def unavailable_on(self, device: torch.device | str) -> str | None:
+        """None if the variant can run on this device, else the reason it cannot."""
+        reason = self.availability()
+        if reason is None and torch.device(device).type == "cpu" and not self.runs_on_cpu:
+            return "needs a GPU"
+        return reason
 
     @property
     def key(self) -> tuple[str, str]:

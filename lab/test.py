@@ -153,7 +153,9 @@ def wrap(text: str, indent: int = 4) -> str:
     return textwrap.fill(text, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
 
 
-def select(op: Operator, args: argparse.Namespace, device: torch.device) -> tuple[list[Runnable], list[Variant]]:
+def select(op: Operator, args: argparse.Namespace,
+           device: torch.device) -> tuple[list[Runnable], list[tuple[Variant, str]]]:
+    """The selected variants that can run here, and those that cannot, each with its reason."""
     chosen = variants(op.name, patterns=args.variant, backends=args.backend, skip=args.skip)
     if not chosen:
         sys.exit(f"no {op.name} variant matches --only {args.variant} --skip {args.skip} --backend {args.backend}; "
@@ -161,12 +163,12 @@ def select(op: Operator, args: argparse.Namespace, device: torch.device) -> tupl
     runnable, absent = [], []
     log(f"{op.name}: {op.description}; variants ({len(chosen)}):")
     for v in chosen:
-        reason = v.availability()
-        if reason is None and device.type == "cpu" and not v.runs_on_cpu:
-            reason = "needs a GPU"
-        mark = "ready" if reason is None else reason
-        log(wrap(f"  {v.name:<22} " + (v.description if reason is None else f"not run: {mark}"), 26))
-        (runnable if reason is None else absent).append(Runnable(v) if reason is None else v)
+        reason = v.unavailable_on(device)
+        log(wrap(f"  {v.name:<22} " + (v.description if reason is None else f"not run: {reason}"), 26))
+        if reason is None:
+            runnable.append(Runnable(v))
+        else:
+            absent.append((v, reason))
     return runnable, absent
 
 
@@ -345,7 +347,7 @@ def out_dir(op: Operator, base: Path | None) -> Path | None:
     return base if op.name == "softmax" else base / op.name
 
 
-def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[Variant],
+def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[tuple[Variant, str]],
          kernels: list, device: torch.device, args: argparse.Namespace) -> None:
     from lab import resources
 
@@ -354,7 +356,7 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
         "command": "python -m lab.test " + " ".join(sys.argv[1:]),
         "operator": op.name,
         "tolerances": check.describe_tolerances(op.tolerances),
-        "unavailable": {v.name: v.availability() or "needs a GPU" for v in absent},
+        "unavailable": {v.name: reason for v, reason in absent},
         "cuda_resources": [k.as_dict() for k in kernels],
     }
     report.write_json(results, env, extra, out / "results.json")
@@ -413,7 +415,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         return 0
     if not runnable:
         log(wrap(f"{op.name}: none of the selected variants can run here: "
-                 + "; ".join(f"{v.name}: {v.availability() or 'needs a GPU'}" for v in absent)))
+                 + "; ".join(f"{v.name}: {reason}" for v, reason in absent)))
         return 2
     dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
     plan = plan_for(op, args)
@@ -436,8 +438,8 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
         log("\n" + "\n".join(wrap(f"skipped {v}: {why}") for v, why in sorted(skipped)))
-    for v in absent:
-        log(wrap(f"not run {v.name}: {v.availability() or 'needs a GPU'}"))
+    for v, reason in absent:
+        log(wrap(f"not run {v.name}: {reason}"))
     failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
                     | {(r.variant.name, d) for r in runnable for d in r.failed})
     log(f"\n{op.name}: {len(results)} points in {time.perf_counter() - start:.0f} s"
@@ -447,7 +449,8 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     out = out_dir(op, args.out)
     if out and not args.no_save and results:
         kernels = []
-        if any(v.backend == "cuda" for v in [*(r.variant for r in runnable), *absent]):  # a CUDA variant selected
+        selected = [*(r.variant for r in runnable), *(v for v, _ in absent)]
+        if any(v.backend == "cuda" for v in selected):
             kernels = resource_report()
         save(op, results, env, out, absent, kernels, device, args)
     return 130 if interrupted else 1 if failed else 0

@@ -17,7 +17,7 @@ def own_softmax_entries():
     """The lab's differentiable forward entries that can run here: Triton (interpreted without a GPU),
     CUDA ops with a GPU."""
     return [v for v in variants("softmax", backends=["triton", "cuda"])
-            if v.availability() is None and (DEVICE == "cuda" or v.runs_on_cpu)]
+            if v.unavailable_on(DEVICE) is None]
 
 
 def grad_of(forward, x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def runnable() -> list[Variant]:
     with warnings.catch_warnings():  # building torch.jit_naive warns that TorchScript is deprecated
         warnings.simplefilter("ignore", DeprecationWarning)
-        return [v for v in variants() if v.availability() is None and (DEVICE == "cuda" or v.runs_on_cpu)]
+        return [v for v in variants() if v.unavailable_on(DEVICE) is None]
 
 
 RUNNABLE = runnable()
