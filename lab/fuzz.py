@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", action="append", metavar="NAMES")
     p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per case (default 2^24)")
     p.add_argument("--max-n", type=int, default=MAX_N, help=f"the longest row (default {MAX_N})")
+    p.add_argument("--per-shape-cases", type=int, default=200, metavar="K",
+                   help="variants built afresh for every shape (torch.compile: an Inductor compile per case) "
+                        "take the first K cases only (default 200); the table shows how many each ran")
     p.add_argument("--json", type=Path, help="write the counts and mismatches here")
     args = p.parse_args(argv)
     quiet_third_party()
@@ -185,13 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         print("no variant can run here")
         return 2
     ns = lengths(variant_thresholds(runnable), args.max_n)
-    counts = {v.name: {"cases": 0, "skipped": 0, "mismatches": []} for v in runnable}
+    counts = {v.name: {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []} for v in runnable}
     start = time.perf_counter()
     for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case)):
         x = make(case, device)
         ref = op.reference(x)
         for v in runnable:
             c = counts[v.name]
+            if v.per_shape and k >= args.per_shape_cases:
+                c["not drawn"] += 1
+                continue
             if v.skip_reason(Shape.of(x), x.dtype):
                 c["skipped"] += 1
                 continue
@@ -206,13 +212,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"MISMATCH {v.name} {case.describe()}: {problem}\n    reproduce: {repro}", flush=True)
         if (k + 1) % 500 == 0:
             print(f"{k + 1} cases in {time.perf_counter() - start:.0f} s", flush=True)
-    print(f"\n{'variant':<24} {'cases':>7} {'skipped':>8} {'mismatches':>11}")
+    print(f"\n{'variant':<24} {'cases':>7} {'skipped':>8} {'not drawn':>10} {'mismatches':>11}")
     for name, c in counts.items():
-        print(f"{name:<24} {c['cases']:>7} {c['skipped']:>8} {len(c['mismatches']):>11}")
+        print(f"{name:<24} {c['cases']:>7} {c['skipped']:>8} {c['not drawn']:>10} {len(c['mismatches']):>11}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"seed": args.seed, "cases": args.cases, "device": str(device),
-                                         "variants": counts}, indent=1))
+                                         "per_shape_cases": args.per_shape_cases, "variants": counts}, indent=1))
     return 1 if any(c["mismatches"] for c in counts.values()) else 0
 
 

@@ -173,9 +173,10 @@ def write_markdown(data: dict, path: Path) -> None:
           "## Randomized differential testing", "",
           f"{data['fuzz']['cases']} seeded cases (seed {data['fuzz']['seed']}) against float64 torch.softmax, "
           "gradients on every tenth float32 case.", "",
-          "| variant | cases | skipped (shape or dtype it does not take) | mismatches |", "|---|---|---|---|"]
+          "| variant | cases | skipped (shape or dtype it does not take) | not drawn (compiled per shape: first "
+          f"{data['fuzz']['per_shape_cases']} cases only) | mismatches |", "|---|---|---|---|---|"]
     for name, c in data["fuzz"]["variants"].items():
-        md.append(f"| `{name}` | {c['cases']} | {c['skipped']} | {len(c['mismatches'])} |")
+        md.append(f"| `{name}` | {c['cases']} | {c['skipped']} | {c['not drawn']} | {len(c['mismatches'])} |")
     for name, c in data["fuzz"]["variants"].items():
         for m in c["mismatches"][:5]:
             md.append(f"\n- `{name}`: {m['problem']} (`{m['repro']}`)")

@@ -78,3 +78,18 @@ def test_cli_runs():
                            "1000", "--only", "torch.softmax"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "torch.softmax" in proc.stdout
+
+
+def test_a_variant_built_per_shape_takes_only_the_first_cases(tmp_path):
+    """torch.compile compiles afresh for every case: it runs the first --per-shape-cases cases, the rest are
+    counted as not drawn (and the count is in the JSON and the table)."""
+    out = tmp_path / "fuzz.json"
+    code = fuzz.main(["--cases", "5", "--per-shape-cases", "2", "--max-elements", "300", "--max-n", "100",
+                      "--only", "torch.compile,torch.softmax", "--json", str(out)])
+    import json
+
+    data = json.loads(out.read_text())
+    compiled, eager = data["variants"]["torch.compile"], data["variants"]["torch.softmax"]
+    assert code == 0 and data["per_shape_cases"] == 2
+    assert compiled["cases"] + compiled["skipped"] == 2 and compiled["not drawn"] == 3
+    assert eager["not drawn"] == 0 and eager["cases"] + eager["skipped"] == 5

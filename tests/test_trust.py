@@ -16,9 +16,10 @@ spec.loader.exec_module(trust)
 def test_report_layout(tmp_path):
     data = {
         "environment": {"commit": "abc123", "gpu": "NVIDIA H200", "date": "2026-11-22"},
-        "fuzz": {"cases": 10000, "seed": 0, "variants": {
-            "cuda.cluster": {"cases": 9000, "skipped": 1000, "mismatches": []},
-            "triton.fused": {"cases": 8000, "skipped": 2000, "mismatches": [
+        "fuzz": {"cases": 10000, "seed": 0, "per_shape_cases": 200, "variants": {
+            "cuda.cluster": {"cases": 9000, "skipped": 1000, "not drawn": 0, "mismatches": []},
+            "torch.compile": {"cases": 190, "skipped": 10, "not drawn": 9800, "mismatches": []},
+            "triton.fused": {"cases": 8000, "skipped": 2000, "not drawn": 0, "mismatches": [
                 {"problem": "FAIL (worst 3 of tolerance)",
                  "repro": "python -m lab.fuzz --seed 0 --case 7 --only triton.fused"}]},
         }},
@@ -31,7 +32,8 @@ def test_report_layout(tmp_path):
     path = tmp_path / "trust.md"
     trust.write_markdown(data, path)
     md = path.read_text()
-    assert "| `cuda.cluster` | 9000 | 1000 | 0 |" in md and "| `triton.fused` | 8000 | 2000 | 1 |" in md
+    assert "| `cuda.cluster` | 9000 | 1000 | 0 | 0 |" in md and "| `triton.fused` | 8000 | 2000 | 0 | 1 |" in md
+    assert "| `torch.compile` | 190 | 10 | 9800 | 0 |" in md and "first 200 cases only" in md
     assert "python -m lab.fuzz --seed 0 --case 7 --only triton.fused" in md
     assert "| initcheck | 0 |" in md
     assert "| `cuda.cluster` | pass | FAIL |" in md and "schema mismatch" in md
