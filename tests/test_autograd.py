@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lab import check, operators
+from lab.backends import cuda_variants
 from lab.inputs import Shape, make_input, special_input
 from lab.registry import variants
 
@@ -55,6 +56,36 @@ def test_out_call_on_a_tensor_that_requires_grad_raises(v):
     x = make_input(Shape(2, 16), torch.float32, DEVICE).requires_grad_()
     with pytest.raises(RuntimeError, match="cannot be differentiated|out="):
         v.kernel()(x, torch.empty(2, 16, device=DEVICE))
+
+
+def compiled_ops():
+    """Every op the built extension registers (none where lab._C is not built)."""
+    try:
+        cuda_variants.load_extension()
+    except Exception:
+        return []
+    return [n for n in cuda_variants.torch_op_names() if hasattr(torch.ops.lab, n)]
+
+
+@pytest.mark.parametrize("name", compiled_ops())
+def test_every_op_without_a_backward_refuses_a_tensor_that_requires_grad(name):
+    """Each .out overload, and each op that has no backward (the other operators'), raises a clear error
+    on an input that requires grad, CPU or GPU (the refusal comes before the device check); a
+    differentiable functional op records a gradient instead (the GPU tests above)."""
+    op = getattr(torch.ops.lab, name)
+    n_in = len(op.default._schema.arguments)
+    xs = [make_input(Shape(2, 16), torch.float32, DEVICE) for _ in range(n_in)]
+    xs[0].requires_grad_()
+    with pytest.raises(RuntimeError, match=f"lab::{name}.out cannot be differentiated.*out="):
+        op.out(*xs, out=torch.empty(2, 16, device=DEVICE))
+    if name not in (*cuda_variants.CUDA_VARIANTS, cuda_variants.AUTO_OP):
+        with pytest.raises(RuntimeError, match=f"lab::{name} cannot be differentiated.*no backward"):
+            op(*xs)
+    with torch.no_grad():  # without grad mode the refusal steps aside: the op runs (or says why it cannot)
+        try:
+            op.out(*xs, out=torch.empty(2, 16, device=DEVICE))
+        except RuntimeError as e:
+            assert DEVICE == "cpu" and "expected a CUDA tensor" in str(e), e
 
 
 class TinyAttention(torch.nn.Module):

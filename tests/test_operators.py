@@ -79,7 +79,7 @@ def test_looped_backward_crosses_chunks():
 
     op = operators.get("softmax_backward")
     for shape in (Shape(3, 100), Shape(2, 257, 300), Shape(1, 64)):
-        case = op.make_inputs(shape, torch.float32, "cpu", 1)
+        case = op.make_inputs(shape, torch.float32, "cuda" if torch.cuda.is_available() else "cpu", 1)
         res = check.check(lambda y, dy, out: softmax_backward_looped(y, dy, out, chunk=32), case, True, op=op)
         assert res.ok, f"{shape.label}: {res.summary()}"
 

@@ -27,13 +27,38 @@ def load_extension() -> None:
         torch.library.register_fake(f"lab::{name}")(
             lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
         )
-    for name in (n for n in [*CUDA_VARIANTS, AUTO_OP] if hasattr(torch.ops.lab, n)):
+    differentiable = [n for n in [*CUDA_VARIANTS, AUTO_OP] if hasattr(torch.ops.lab, n)]
+    for name in differentiable:
         # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
         torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
+    for name in (n for n in torch_op_names() if hasattr(torch.ops.lab, n)):
+        # Every other overload (each .out, the other operators' ops) refuses a tensor that requires grad
+        # instead of PyTorch's default, a warning and a result that silently has no gradient.
+        for overload in ("default", "out") if name not in differentiable else ("out",):
+            _refuse_gradients(name, overload)
     from lab import dispatch
 
     dispatch.install_committed()  # auto's measured tables, each for its GPU model
     _LOADED.append("lab._C")
+
+
+_AUTOGRAD_IMPLS = torch.library.Library("lab", "IMPL")  # the refusing Autograd kernels below live as long as this
+
+
+def _refuse_gradients(name: str, overload: str) -> None:
+    op = getattr(getattr(torch.ops.lab, name), overload)
+    qualified = f"lab::{name}" + (f".{overload}" if overload != "default" else "")
+    why = ("out= arguments do not take part in autograd; call it without out=" if overload == "out"
+           else "it has no backward; detach the inputs or use a differentiable op")
+
+    def autograd_kernel(*args, **kwargs):
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                           for a in (*args, *kwargs.values())):
+            raise RuntimeError(f"{qualified} cannot be differentiated: an input requires grad and {why}")
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args, **kwargs)
+
+    _AUTOGRAD_IMPLS.impl(name if overload == "default" else f"{name}.{overload}", autograd_kernel, "Autograd")
 
 
 def _save_output(ctx, inputs, output) -> None:
