@@ -203,6 +203,7 @@ def main() -> int:
     p.add_argument("--cases", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per random case (default 2^24)")
+    p.add_argument("--per-shape-cases", type=int, default=200, help="cases for a variant compiled per shape")
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
     args = p.parse_args()
     quiet_third_party()
@@ -212,7 +213,7 @@ def main() -> int:
     start = time.perf_counter()
     data: dict = {"environment": environment()}
     fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--max-elements", str(args.max_elements),
-               "--json", str(args.out / "fuzz.json")])
+               "--per-shape-cases", str(args.per_shape_cases),               "--json", str(args.out / "fuzz.json")])
     data["fuzz"] = json.loads((args.out / "fuzz.json").read_text())
     print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
     runnable = [v for v in variants("softmax") if v.availability() is None]
