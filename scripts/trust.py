@@ -213,7 +213,7 @@ def main() -> int:
     start = time.perf_counter()
     data: dict = {"environment": environment()}
     fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--max-elements", str(args.max_elements),
-               "--per-shape-cases", str(args.per_shape_cases),               "--json", str(args.out / "fuzz.json")])
+               "--per-shape-cases", str(args.per_shape_cases), "--json", str(args.out / "fuzz.json")])
     data["fuzz"] = json.loads((args.out / "fuzz.json").read_text())
     print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
     runnable = [v for v in variants("softmax") if v.availability() is None]
