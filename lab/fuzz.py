@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"seed": args.seed, "cases": args.cases, "device": str(device),
-                                         "per_shape_cases": args.per_shape_cases, "variants": counts}, indent=1))
+                                         "per_shape_cases": args.per_shape_cases,
+                                         "max_elements": args.max_elements, "variants": counts}, indent=1))
     return 1 if any(c["mismatches"] for c in counts.values()) else 0
 
 

@@ -267,3 +267,31 @@ def test_tolerances_cover_every_dtype():
 def test_summary():
     assert check.CheckResult(True, 0.25, 1e-7).summary().startswith("ok (worst 0.25 of tolerance")
     assert check.CheckResult(False, 3.0, 1e-2, ": details").summary().endswith(": details")
+
+
+def test_float16_subnormal_probabilities_rounded_right_pass_and_one_step_off_fails():
+    """Found by the randomized testing on the H200: a float16 row of 232737 equal values has
+    probabilities of 72.09 subnormal steps; every variant (torch.softmax too) rounds them to 72, a
+    norm error of 1.2e-3 that no kernel can avoid, above the flat norm tolerance 1e-3. The norm
+    allowance includes that rounding; a result one step off is still caught."""
+    n = 232737
+    ref = torch.full((1, n), 1.0 / n, dtype=torch.float64)
+    exact_rounding = ref.to(torch.float16)
+    assert check.compare(exact_rounding, ref, torch.float16).ok
+    step = torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    assert not check.compare((exact_rounding.double() + step).half(), ref, torch.float16).ok
+
+
+def test_float32_tolerance_grows_with_the_summed_row_length_only_for_row_sums():
+    """A float32 sum of N terms errs by about 2^-24 * sqrt(N): at N = 2^20 a uniform 3e-5 relative error
+    (torch.softmax itself showed 1.1e-5 in norm) passes, 2e-4 fails; vector add sums nothing and
+    keeps its flat tolerance."""
+    n = 2**20
+    ref = torch.softmax(torch.randn(1, n, dtype=torch.float64), -1)
+    assert check.compare((ref * (1 + 3e-5)).float(), ref, torch.float32).ok
+    assert not check.compare((ref * (1 + 2e-4)).float(), ref, torch.float32).ok
+    from lab.operators import get
+
+    add = get("vector_add").tolerances
+    assert add[torch.float32].for_row_length(n) == (add[torch.float32].rtol, add[torch.float32].norm_tol)
+    assert SOFTMAX.tolerances[torch.float32].for_row_length(4) < SOFTMAX.tolerances[torch.float32].for_row_length(n)

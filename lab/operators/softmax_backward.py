@@ -58,9 +58,9 @@ def error_scale(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
 # Relative to error_scale. 16-bit: the rounding of dx (half an ulp: 2^-11, 2^-9) with a margin;
 # float32: the float32 row sum (about sqrt(N) * 2^-24 relative for random terms, N up to 262144).
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float32: Tolerance(rtol=5e-5, atol_rel=1e-7, norm_tol=1e-5),
-    torch.float16: Tolerance(rtol=2e-3, atol_rel=1e-5, norm_tol=1e-3),
-    torch.bfloat16: Tolerance(rtol=8e-3, atol_rel=1e-5, norm_tol=4e-3),
+    torch.float32: Tolerance(rtol=5e-5, atol_rel=1e-7, norm_tol=1e-5, sums_rows=True),
+    torch.float16: Tolerance(rtol=2e-3, atol_rel=1e-5, norm_tol=1e-3, sums_rows=True),
+    torch.bfloat16: Tolerance(rtol=8e-3, atol_rel=1e-5, norm_tol=4e-3, sums_rows=True),
 }
 
 SOFTMAX_BACKWARD = register_operator(Operator(
