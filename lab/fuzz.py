@@ -39,6 +39,7 @@ KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf row
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
           524287, 1048573)
 MAX_N = 2**20 + 1
+DEFAULT_MAX_ELEMENTS = 2**24
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case", type=int, help="run only this case (a failure's reproduction)")
     p.add_argument("--only", "-v", action="append", metavar="NAMES", help="variants (as python -m lab.test)")
     p.add_argument("--skip", action="append", metavar="NAMES")
-    p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per case (default 2^24)")
+    p.add_argument("--max-elements", type=int, default=DEFAULT_MAX_ELEMENTS,
+                   help="M * N at most per case (default 2^24)")
     p.add_argument("--max-n", type=int, default=MAX_N, help=f"the longest row (default {MAX_N})")
     p.add_argument("--per-shape-cases", type=int, default=200, metavar="K",
                    help="variants built afresh for every shape (torch.compile: an Inductor compile per case) "
@@ -189,6 +191,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ns = lengths(variant_thresholds(runnable), args.max_n)
     counts = {v.name: {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []} for v in runnable}
+    # A case is drawn from the seed, its index, and the limits: a repro names the limits that are not the defaults.
+    drawn_as = (f" --max-elements {args.max_elements}" if args.max_elements != DEFAULT_MAX_ELEMENTS else "") + \
+        (f" --max-n {args.max_n}" if args.max_n != MAX_N else "")
+
+    def save(done: int) -> None:
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"seed": args.seed, "cases": done, "asked": args.cases,
+                                             "device": str(device), "per_shape_cases": args.per_shape_cases,
+                                             "max_elements": args.max_elements, "variants": counts}, indent=1))
+
     start = time.perf_counter()
     for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case)):
         x = make(case, device)
@@ -207,19 +220,16 @@ def main(argv: list[str] | None = None) -> int:
                 problem = f"unavailable: {e}"
             c["cases"] += 1
             if problem:
-                repro = f"python -m lab.fuzz --seed {case.seed} --case {case.index} --only {v.name}"
+                repro = f"python -m lab.fuzz --seed {case.seed} --case {case.index} --only {v.name}{drawn_as}"
                 c["mismatches"].append({"case": asdict(case), "problem": problem, "repro": repro})
                 print(f"MISMATCH {v.name} {case.describe()}: {problem}\n    reproduce: {repro}", flush=True)
         if (k + 1) % 500 == 0:
             print(f"{k + 1} cases in {time.perf_counter() - start:.0f} s", flush=True)
+            save(k + 1)  # a run cut short keeps what it did
     print(f"\n{'variant':<24} {'cases':>7} {'skipped':>8} {'not drawn':>10} {'mismatches':>11}")
     for name, c in counts.items():
         print(f"{name:<24} {c['cases']:>7} {c['skipped']:>8} {c['not drawn']:>10} {len(c['mismatches']):>11}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"seed": args.seed, "cases": args.cases, "device": str(device),
-                                         "per_shape_cases": args.per_shape_cases,
-                                         "max_elements": args.max_elements, "variants": counts}, indent=1))
+    save(args.cases if args.case is None else 1)
     return 1 if any(c["mismatches"] for c in counts.values()) else 0
 
 

@@ -67,10 +67,31 @@ def test_a_mismatch_prints_the_command_that_reproduces_it(planted, capsys):
     assert code == 1
     line = next(s for s in out.splitlines() if s.strip().startswith("reproduce: "))
     command = line.split("reproduce: ")[1]
-    assert command.startswith("python -m lab.fuzz --seed 0 --case ") and command.endswith(planted.name)
-    case = int(command.split("--case ")[1].split()[0])
-    assert fuzz.main(["--seed", "0", "--case", str(case), "--max-elements", "20000", "--max-n", "2000",
-                      "--only", planted.name]) == 1, "the printed command reproduces the mismatch"
+    assert command.startswith("python -m lab.fuzz --seed 0 --case ") and f"--only {planted.name}" in command
+    # The command as printed, limits included (a case is drawn from them too): the same case, the same failure.
+    assert "--max-elements 20000 --max-n 2000" in command
+    argv = command.removeprefix("python -m lab.fuzz ").split()
+    assert fuzz.main(argv) == 1, "the printed command reproduces the mismatch"
+
+
+def test_a_run_cut_short_keeps_its_counts(tmp_path, monkeypatch):
+    """The JSON is written every 500 cases, so a run stopped by a time limit leaves what it did."""
+    out = tmp_path / "fuzz.json"
+    real_make = fuzz.make
+
+    def make(case, device):
+        if case.index == 500:
+            raise KeyboardInterrupt  # as a time limit would stop it
+        return real_make(case, device)
+
+    monkeypatch.setattr(fuzz, "make", make)
+    with pytest.raises(KeyboardInterrupt):
+        fuzz.main(["--cases", "1000", "--max-elements", "64", "--max-n", "16", "--only", "torch.softmax",
+                   "--json", str(out)])
+    import json
+
+    data = json.loads(out.read_text())
+    assert data["cases"] == 500 and data["asked"] == 1000 and data["variants"]["torch.softmax"]["cases"] == 500
 
 
 def test_cli_runs():

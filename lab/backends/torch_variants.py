@@ -19,7 +19,10 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"torch.naive: expected float32, float16 or bfloat16, got {x.dtype}")
     xf = x.float()
-    m = xf.amax(dim=-1, keepdim=True)
+    # The shift leaves softmax unchanged, so its derivative is zero: detached, autograd does not send
+    # the row's gradient sum (0, up to its float32 rounding) to the max element. Not detached, that
+    # rounding lands on one element, up to 100x the tolerance on long rows of near-equal values.
+    m = xf.amax(dim=-1, keepdim=True).detach()
     e = torch.exp(xf - m)
     return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
 
