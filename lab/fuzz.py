@@ -153,8 +153,8 @@ def gradient_mismatch(v: Variant, x: torch.Tensor, seed: int) -> str | None:
 
 
 def cases(seed: int, count: int, ns: list[int], max_elements: int, max_n: int,
-          only: int | None = None) -> Iterator[Case]:
-    indices = [only] if only is not None else range(count)
+          only: int | None = None, start: int = 0) -> Iterator[Case]:
+    indices = [only] if only is not None else range(start, start + count)
     for i in indices:
         yield draw(seed, i, ns, max_elements, max_n)
 
@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=1000, help="cases per run (default 1000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start", type=int, default=0, metavar="K",
+                   help="run cases K .. K + cases - 1 (a long run split over several calls; default 0)")
     p.add_argument("--case", type=int, help="run only this case (a failure's reproduction)")
     p.add_argument("--only", "-v", action="append", metavar="NAMES", help="variants (as python -m lab.test)")
     p.add_argument("--skip", action="append", metavar="NAMES")
@@ -198,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     def save(done: int) -> None:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"seed": args.seed, "cases": done, "asked": args.cases,
+            args.json.write_text(json.dumps({"seed": args.seed, "start": args.start, "cases": done, "asked": args.cases,
                                              "device": str(device), "per_shape_cases": args.per_shape_cases,
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 
     start = time.perf_counter()
-    for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case)):
+    for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
+                                         args.start)):
         x = make(case, device)
         ref = op.reference(x)
         for v in runnable:

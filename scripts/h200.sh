@@ -8,9 +8,14 @@
 #   bash scripts/h200.sh sanitize build, compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #   bash scripts/h200.sh checks   tests, then sanitize
 #   bash scripts/h200.sh full     lab, then checks
-#   bash scripts/h200.sh trust    build, then scripts/trust.py: randomized testing (10,000 cases per
-#                                 variant), large tensors, the four sanitizers, citizenship, bad
-#                                 input: $OUT/h200/trust.md, trust.json, fuzz.json
+#   bash scripts/h200.sh fuzz [ARGS]  build, then the randomized testing alone (python -m lab.fuzz --cases
+#                                 10000 --max-elements 4194304 ARGS): $OUT/fuzz.json, fuzz.txt (6 to 9 min
+#                                 on the H200 for every variant; the JSON is rewritten every 500 cases)
+#   bash scripts/h200.sh trust [ARGS]  build, then scripts/trust.py: randomized testing, large tensors, the
+#                                 four sanitizers, citizenship, bad input: $OUT/h200/trust.md, trust.json.
+#                                 It does not fit one 10-minute call: run `fuzz` (split with --cases 5000
+#                                 and --start 5000 if it must be), commit the JSONs, then `trust --fuzz-json
+#                                 <committed JSONs> --skip-sanitizers`, then `sanitize`.
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt)
@@ -89,9 +94,12 @@ case "$MODE" in
   checks) tests; sanitize ;;
   full) lab; tests; sanitize ;;
   tune) tune ;;
+  fuzz) $PYTHON -m lab.fuzz --cases 10000 --max-elements 4194304 --json "$OUT/fuzz.json" "$@" 2>&1 |
+          grep --line-buffered -v "^W1" | tee "$OUT/fuzz.txt" | tail -40
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
   trust) $PYTHON scripts/trust.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
          [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|trust"; exit 2 ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|fuzz|trust"; exit 2 ;;
 esac
 # The device tool returns 8 files at most: the results folder travels as one archive.
 [ -d "$OUT/h200" ] && tar czf "$OUT/h200.tgz" -C "$OUT" h200 && rm -rf "$OUT/h200"

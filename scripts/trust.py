@@ -169,6 +169,20 @@ def sanitizers() -> dict:
     return {"returncode": proc.returncode, "tools": tools}
 
 
+def merge_fuzz(parts: list[dict]) -> dict:
+    """One randomized run from its parts (python -m lab.fuzz --start K): counts added, mismatches joined."""
+    if len({(p["seed"], p.get("max_elements"), p.get("per_shape_cases")) for p in parts}) > 1:
+        raise SystemExit("trust: the fuzz parts differ in seed, --max-elements or --per-shape-cases")
+    merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {}}
+    for part in parts:
+        for name, c in part["variants"].items():
+            into = merged["variants"].setdefault(name, {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []})
+            for key in ("cases", "skipped", "not drawn"):
+                into[key] += c.get(key, 0)
+            into["mismatches"] += c["mismatches"]
+    return merged
+
+
 def write_markdown(data: dict, path: Path) -> None:
     md = ["# softmax-lab: how far the softmax variants can be trusted", "",
           f"Produced by `python scripts/trust.py` at commit `{data['environment']['commit']}` on "
@@ -208,8 +222,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per random case (default 2^24)")
     p.add_argument("--per-shape-cases", type=int, default=200, help="cases for a variant compiled per shape")
-    p.add_argument("--fuzz-json", type=Path, help="take the randomized testing's results from this file "
-                   "(written by python -m lab.fuzz --json at the same commit) instead of running it")
+    p.add_argument("--fuzz-json", type=Path, nargs="+", help="take the randomized testing's results from these "
+                   "files (python -m lab.fuzz --json at the same commit, one per part of a run split with --start) "
+                   "instead of running it")
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
     args = p.parse_args()
     quiet_third_party()
@@ -219,10 +234,10 @@ def main() -> int:
     start = time.perf_counter()
     data: dict = {"environment": environment()}
     if args.fuzz_json is None:
-        args.fuzz_json = args.out / "fuzz.json"
+        args.fuzz_json = [args.out / "fuzz.json"]
         fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--max-elements", str(args.max_elements),
-                   "--per-shape-cases", str(args.per_shape_cases), "--json", str(args.fuzz_json)])
-    data["fuzz"] = json.loads(args.fuzz_json.read_text())
+                   "--per-shape-cases", str(args.per_shape_cases), "--json", str(args.fuzz_json[0])])
+    data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
     print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
     runnable = [v for v in variants("softmax") if v.availability() is None]
     data["citizenship"] = {v.name: citizenship(v) for v in runnable}

@@ -114,3 +114,10 @@ def test_a_variant_built_per_shape_takes_only_the_first_cases(tmp_path):
     assert code == 0 and data["per_shape_cases"] == 2
     assert compiled["cases"] + compiled["skipped"] == 2 and compiled["not drawn"] == 3
     assert eager["not drawn"] == 0 and eager["cases"] + eager["skipped"] == 5
+
+
+def test_a_run_split_with_start_draws_the_same_cases():
+    """--start K runs cases K.. (a run split over calls): the same cases as one run, so the counts add up."""
+    ns = fuzz.lengths([], 200)
+    whole = list(fuzz.cases(3, 10, ns, 500, 200))
+    assert list(fuzz.cases(3, 4, ns, 500, 200)) + list(fuzz.cases(3, 6, ns, 500, 200, start=4)) == whole

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from lab.env import ROOT
 
 spec = importlib.util.spec_from_file_location("trust", ROOT / "scripts" / "trust.py")
@@ -45,3 +47,16 @@ def test_needs_a_gpu():
                           capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
                                                                "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1 and "trust: needs a GPU" in proc.stderr
+
+
+def test_parts_of_a_split_run_add_up():
+    part = {"seed": 0, "max_elements": 64, "per_shape_cases": 200, "cases": 500, "variants": {
+        "cuda.cluster": {"cases": 450, "skipped": 50, "not drawn": 0, "mismatches": []}}}
+    other = {**part, "start": 500, "variants": {
+        "cuda.cluster": {"cases": 490, "skipped": 10, "not drawn": 0, "mismatches": [{"problem": "x", "repro": "y"}]}}}
+    merged = trust.merge_fuzz([part, other])
+    assert merged["cases"] == 1000
+    assert merged["variants"]["cuda.cluster"] == {"cases": 940, "skipped": 60, "not drawn": 0,
+                                                  "mismatches": [{"problem": "x", "repro": "y"}]}
+    with pytest.raises(SystemExit):
+        trust.merge_fuzz([part, {**other, "seed": 1}])
