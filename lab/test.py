@@ -381,7 +381,9 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
             md += [f"![{sweep} sweep]({sweep}.png)", ""]
     if summary := teaching_summary(op, results):
         md += [f"## Percent of each variant's modeled ceiling ({op.gpu_sweeps[0]} sweep, largest N)", "",
-               f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model).",
+               f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model). "
+               "The model counts every read as an HBM read: above 100%, some of the re-reads it counts came from "
+               "the L2 (rows of a few MiB stay there between sweeps).",
                "", "```", *summary, "```", ""]
     if kernels:
         md += ["## CUDA kernels: resources (nvcc -Xptxas -v, sm_90)", "",
@@ -432,8 +434,8 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         env.update(clocks_under_load())
     print_tables(op, results, args.metrics)
     if summary := teaching_summary(op, results):
-        log(f"\npercent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes)), {op.gpu_sweeps[0]} sweep, "
-            "largest N:")
+        log("\n" + wrap(f"percent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes); above 100%: the "
+                        f"L2 served re-reads the model counts from HBM), {op.gpu_sweeps[0]} sweep, largest N:"))
         log("\n".join(summary))
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
