@@ -59,31 +59,32 @@ def test_out_call_on_a_tensor_that_requires_grad_raises(v):
 
 
 def compiled_ops():
-    """Every op the built extension registers (none where lab._C is not built)."""
+    """(operator, torch.ops.lab name) of every op the built extension registers (none without lab._C)."""
     try:
         cuda_variants.load_extension()
     except Exception:
         return []
-    return [n for n in cuda_variants.torch_op_names() if hasattr(torch.ops.lab, n)]
+    pairs = [(op, cuda_variants.torch_op(op, v)) for op, vs in cuda_variants.CUDA_OPS.items() for v in vs]
+    return [(op, name) for op, name in [*pairs, ("softmax", cuda_variants.AUTO_OP)] if hasattr(torch.ops.lab, name)]
 
 
-@pytest.mark.parametrize("name", compiled_ops())
-def test_every_op_without_a_backward_refuses_a_tensor_that_requires_grad(name):
+@pytest.mark.parametrize(("operator", "name"), compiled_ops(), ids=[name for _, name in compiled_ops()])
+def test_every_op_without_a_backward_refuses_a_tensor_that_requires_grad(operator, name):
     """Each .out overload, and each op that has no backward (the other operators'), raises a clear error
     on an input that requires grad, CPU or GPU (the refusal comes before the device check); a
     differentiable functional op records a gradient instead (the GPU tests above)."""
     op = getattr(torch.ops.lab, name)
-    n_in = len(op.default._schema.arguments)
-    xs = [make_input(Shape(2, 16), torch.float32, DEVICE) for _ in range(n_in)]
+    xs = list(operators.get(operator).make_inputs(Shape(1, 16), torch.float32, DEVICE, 0))
     xs[0].requires_grad_()
     with pytest.raises(RuntimeError, match=f"lab::{name}.out cannot be differentiated.*out="):
-        op.out(*xs, out=torch.empty(2, 16, device=DEVICE))
+        op.out(*xs, out=torch.empty_like(xs[0]))
     if name not in (*cuda_variants.CUDA_VARIANTS, cuda_variants.AUTO_OP):
         with pytest.raises(RuntimeError, match=f"lab::{name} cannot be differentiated.*no backward"):
             op(*xs)
     with torch.no_grad():  # without grad mode the refusal steps aside: the op runs (or says why it cannot)
         try:
-            op.out(*xs, out=torch.empty(2, 16, device=DEVICE))
+            y = op.out(*xs, out=torch.empty_like(xs[0]))
+            assert y.shape == xs[0].shape and not y.requires_grad
         except RuntimeError as e:
             assert DEVICE == "cpu" and "expected a CUDA tensor" in str(e), e
 
