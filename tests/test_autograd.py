@@ -149,3 +149,19 @@ def test_naive_composition_gradient_on_a_long_row_of_near_equal_values():
     x = torch.randn(3, 32767, generator=g) * torch.finfo(torch.float32).tiny
     for v in variants("softmax", patterns=["torch.naive", "torch.jit_naive"]):
         assert fuzz.gradient_mismatch(v, x, seed=5) is None, v.name
+
+
+def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():
+    """Short rows to cuda.register_cached, medium ones to the Triton backward, long ones to cuda.two_pass
+    (on a GPU with lab._C built); the Triton backward on the CPU."""
+    if not compiled_ops():
+        pytest.skip("lab._C is not built")
+    choice = cuda_variants.backward_choice
+    assert [choice(n, True) for n in (1, 256, 257, 16384, 16385, 2**20)] == [
+        "softmax_backward_register_cached", "softmax_backward_register_cached", "triton", "triton",
+        "softmax_backward_two_pass", "softmax_backward_two_pass"]
+    assert {choice(n, False) for n in (1, 300, 2**20)} == {"triton"}
+    y = torch.softmax(torch.randn(3, 40, dtype=torch.float64), -1).to(DEVICE, torch.float32)
+    dy = torch.randn(3, 1, device=DEVICE).expand(3, 40)  # strides (1, 0): made contiguous first
+    got = cuda_variants.fastest_backward(y, dy)
+    torch.testing.assert_close(got, torch._softmax_backward_data(dy, y, -1, y.dtype), rtol=1e-5, atol=1e-6)

@@ -66,13 +66,42 @@ def _save_output(ctx, inputs, output) -> None:
 
 
 def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-    """The lab's softmax backward (triton_kernels/softmax_backward.py), or PyTorch's without Triton."""
     (y,) = ctx.saved_tensors
+    return fastest_backward(y, grad)
+
+
+# Which softmax backward the lab measured fastest on the H200 (results/h200/softmax_backward, commit
+# ff57744), by row length: rows of up to 256 elements, cuda.register_cached (3244-4216 GB/s at M >=
+# 262144, where triton.fused makes 317-4060); up to 16384, triton.fused (cuda.register_cached within
+# 0-5% of it in float32, 20-50% behind in bfloat16); longer rows, cuda.two_pass (1-29% ahead of
+# triton.looped, the only other variant there).
+BACKWARD_SHORT_ROWS = 256
+BACKWARD_TRITON_MAX_N = 16384
+
+
+def backward_choice(n: int, on_cuda: bool) -> str:
+    """The backward fastest_backward runs for rows of n: a torch.ops.lab op's name, or "triton" (the
+    lab's Triton backward, which takes any N)."""
+    if on_cuda and n <= BACKWARD_SHORT_ROWS and hasattr(torch.ops.lab, "softmax_backward_register_cached"):
+        return "softmax_backward_register_cached"
+    if on_cuda and n > BACKWARD_TRITON_MAX_N and hasattr(torch.ops.lab, "softmax_backward_two_pass"):
+        return "softmax_backward_two_pass"
+    return "triton"
+
+
+def fastest_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx = y * (dy - sum(dy * y)) per row of the 2-D y, with the backward the lab measured fastest for
+    its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it."""
+    if not dy.is_contiguous():  # the gradient of a sum is an expanded tensor (strides 0)
+        dy = dy.contiguous()
+    choice = backward_choice(y.shape[-1], y.is_cuda)
+    if choice != "triton" and y.numel():
+        return getattr(torch.ops.lab, choice)(y, dy)
     try:
         from triton_kernels.autograd import softmax_backward
     except ImportError:
-        return torch._softmax_backward_data(grad, y, -1, y.dtype)
-    return softmax_backward(y, grad)
+        return torch._softmax_backward_data(dy, y, -1, y.dtype)
+    return softmax_backward(y, dy)
 
 
 def torch_op(op: str, name: str) -> str:
