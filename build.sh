@@ -60,10 +60,14 @@ install_package() {  # pip's editable install (builds the extension when nvcc is
   "$PY" setup.py build_ext --inplace >>build.log 2>&1
 }
 installed=build/softmax-lab.installed
+points_here() {  # `import lab` from another folder finds this checkout (not another clone installed since)
+  [ "$(cd / && "$PY" -c 'import os, lab; print(os.path.dirname(os.path.realpath(lab.__file__)))' 2>/dev/null)" \
+    = "$(realpath lab)" ]
+}
 if ! command -v "$NVCC" >/dev/null 2>&1 || [ "$("$PY" -c 'import torch; print(torch.version.cuda or "")')" = "" ]; then
   if command -v "$NVCC" >/dev/null 2>&1; then why="torch is a CPU-only build (install a CUDA build of torch)"
   else why="no nvcc found (set CUDA_HOME to build them)"; fi
-  if [ ! -f "$installed" ]; then
+  if [ ! -f "$installed" ] || ! points_here; then
     mkdir -p build && "$PY" -m pip install --no-build-isolation --no-deps -e . >build.log 2>&1 && touch "$installed"
   fi
   say "the CUDA variants are not built: $why"; exit 0
@@ -74,7 +78,8 @@ state=$( { cat setup.py pyproject.toml; find csrc -type f | sort; find csrc -typ
            echo "${CUDA_ARCH:-}|${TORCH_CUDA_ARCH_LIST:-}|${DEBUG:-}|${LAB_OPS:-}"; "$PY" -c 'import torch; print(torch.__version__)'; } \
          | sha256sum | cut -d' ' -f1)
 if ls lab/_C*.so >/dev/null 2>&1 && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$state" ]; then
-  say "lab._C is up to date ($(ls lab/_C*.so))"; exit 0
+  if points_here; then say "lab._C is up to date ($(ls lab/_C*.so))"; exit 0; fi
+  say "the installed package is another checkout's: installing this one (editable)..."
 fi
 say "building lab._C with $("$NVCC" --version | tail -1) (arch ${CUDA_ARCH:-${TORCH_CUDA_ARCH_LIST:-sm_90}}), installing the package..."
 start=$SECONDS
