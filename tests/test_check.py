@@ -295,3 +295,12 @@ def test_float32_tolerance_grows_with_the_summed_row_length_only_for_row_sums():
     add = get("vector_add").tolerances
     assert add[torch.float32].for_row_length(n) == (add[torch.float32].rtol, add[torch.float32].norm_tol)
     assert SOFTMAX.tolerances[torch.float32].for_row_length(4) < SOFTMAX.tolerances[torch.float32].for_row_length(n)
+
+
+def test_an_answer_the_dtype_cannot_hold_does_not_widen_the_norm_allowance():
+    """The rounding allowance leaves out elements whose exact value overflows the dtype: an overflow
+    there would be an infinite allowance, and the norm check would pass anything."""
+    ref = torch.tensor([[1.0, 2.0, 1e6, 3.0]], dtype=torch.float64)  # 1e6 overflows float16
+    y = torch.tensor([[1.0, 2.0, 65504.0, 3.5]], dtype=torch.float16)
+    res = check.compare(y, ref, torch.float16, tolerances={torch.float16: check.Tolerance(1.0, 0.0, 1e-3)})
+    assert not res.ok and math.isfinite(res.rel_norm)
