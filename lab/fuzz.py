@@ -116,11 +116,13 @@ def make(case: Case, device: torch.device | str) -> torch.Tensor:
         x = torch.full((m, n), 3.25) if m else x
     elif case.kind == "tiny":
         x = x * torch.finfo(dtype).tiny
-    buf = torch.full((case.offset + max(m, 1) * case.stride,), math.nan, dtype=dtype)
+    # The buffer is made on the device and the view taken there: moving a strided view with .to(device)
+    # would give the kernels a contiguous copy, and the strides and misaligned starts would never reach them.
+    buf = torch.full((case.offset + max(m, 1) * case.stride,), math.nan, dtype=dtype, device=device)
     view = buf[case.offset:case.offset + m * case.stride].view(m, case.stride)[:, :n] if m else \
         buf[case.offset:case.offset].view(0, n)
     view.copy_(x.to(dtype))
-    return view.to(device) if torch.device(device).type != "cpu" else view
+    return view
 
 
 def run_case(v: Variant, case: Case, x: torch.Tensor, ref: torch.Tensor, op) -> str | None:

@@ -121,3 +121,15 @@ def test_a_run_split_with_start_draws_the_same_cases():
     ns = fuzz.lengths([], 200)
     whole = list(fuzz.cases(3, 10, ns, 500, 200))
     assert list(fuzz.cases(3, 4, ns, 500, 200)) + list(fuzz.cases(3, 6, ns, 500, 200, start=4)) == whole
+
+
+def test_a_case_keeps_its_strides_and_offset_on_any_device():
+    """The view is taken on the device: a strided, misaligned case reaches a GPU kernel as drawn (moving a
+    CPU view with .to(device) gave a contiguous copy). "meta" stands for a device other than the CPU."""
+    ns = fuzz.lengths([], 500)
+    case = next(c for c in (fuzz.draw(0, i, ns, 4000, 500) for i in range(1000))
+                if c.m > 1 and c.stride > c.n and c.offset)
+    for device in ("cpu", "meta"):
+        x = fuzz.make(case, device)
+        assert x.device.type == device and x.shape == (case.m, case.n)
+        assert x.stride() == (case.stride, 1) and x.storage_offset() == case.offset
