@@ -91,7 +91,8 @@ def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: 
     diff_norm = torch.linalg.vector_norm(torch.where(finite & ~y_special, y64 - ref0, 0.0)).item()
     ref_norm = torch.linalg.vector_norm(scale0).item()
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
-    if ref_norm > 0:  # where the dtype cannot hold the answer (overflow) the element check decides, not this
+    if rel_norm > norm_tol and ref_norm > 0:  # only then can the allowance change the verdict
+        # Where the dtype cannot hold the answer (overflow) the element check decides, not this.
         rounded = ref0.to(dtype).double()
         rounding = torch.linalg.vector_norm(torch.where(rounded.isfinite(), rounded - ref0, 0.0)).item() / ref_norm
         norm_tol += 2 * rounding
