@@ -173,7 +173,9 @@ def merge_fuzz(parts: list[dict]) -> dict:
     """One randomized run from its parts (python -m lab.fuzz --start K): counts added, mismatches joined."""
     if len({(p["seed"], p.get("max_elements"), p.get("per_shape_cases")) for p in parts}) > 1:
         raise SystemExit("trust: the fuzz parts differ in seed, --max-elements or --per-shape-cases")
-    merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {}}
+    merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {},
+              "parts": [{"start": p.get("start", 0), "cases": p["cases"], "variants": sorted(p["variants"])}
+                        for p in parts]}
     for part in parts:
         for name, c in part["variants"].items():
             into = merged["variants"].setdefault(name, {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []})
@@ -191,6 +193,10 @@ def write_markdown(data: dict, path: Path) -> None:
           f"{data['fuzz']['cases']} seeded cases (seed {data['fuzz']['seed']}, M * N up to "
           f"{data['fuzz'].get('max_elements', 'the default')}) against float64 torch.softmax, "
           "gradients on every tenth float32 case.", "",
+          *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}: "
+            + (f"all {len(p['variants'])} variants" if set(p["variants"]) == set(data["fuzz"]["variants"])
+               else ", ".join(f"`{v}`" for v in p["variants"]))
+            for p in data["fuzz"].get("parts", [])), "",
           "| variant | cases | skipped (shape or dtype it does not take) | not drawn (compiled per shape: first "
           f"{data['fuzz']['per_shape_cases']} cases only) | mismatches |", "|---|---|---|---|---|"]
     for name, c in data["fuzz"]["variants"].items():

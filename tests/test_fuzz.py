@@ -10,6 +10,7 @@ import torch
 
 from lab import fuzz, registry
 from lab.env import ROOT
+from lab.inputs import Shape
 from lab.registry import Traffic, Variant, register
 
 
@@ -133,3 +134,24 @@ def test_a_case_keeps_its_strides_and_offset_on_any_device():
         x = fuzz.make(case, device)
         assert x.device.type == device and x.shape == (case.m, case.n)
         assert x.stride() == (case.stride, 1) and x.storage_offset() == case.offset
+
+
+def test_the_shape_of_a_case_is_known_before_its_input_is_made():
+    ns = fuzz.lengths([], 300)
+    for case in (fuzz.draw(1, i, ns, 3000, 300) for i in range(300)):
+        assert fuzz.case_shape(case) == Shape.of(fuzz.make(case, "meta"))
+
+
+def test_a_case_no_selected_variant_takes_makes_no_input(monkeypatch):
+    """A run --only variants limited to some shapes spends nothing on the cases none of them takes."""
+    made = []
+    real_make = fuzz.make
+    monkeypatch.setattr(fuzz, "make", lambda case, device: made.append(case) or real_make(case, device))
+    limited = register(Variant(op="softmax", name="torch.short_rows_only", backend="torch", description="planted",
+                               build=lambda: lambda x: torch.softmax(x, -1), traffic=Traffic(1, 1),
+                               runs_on_cpu=True, max_n=50))
+    try:
+        assert fuzz.main(["--cases", "60", "--max-elements", "400", "--max-n", "200", "--only", limited.name]) == 0
+    finally:
+        del registry._REGISTRY[limited.key]
+    assert made and all(c.n <= 50 for c in made)
