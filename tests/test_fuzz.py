@@ -155,3 +155,10 @@ def test_a_case_no_selected_variant_takes_makes_no_input(monkeypatch):
     finally:
         del registry._REGISTRY[limited.key]
     assert made and all(c.n <= 50 for c in made)
+
+
+def test_a_gradient_among_the_subnormals_is_judged_from_y_as_the_dtype_holds_it():
+    """Case 15890 (44145 x 8 float32, values up to +-1000): probabilities of 1e-45 hold one or two subnormal
+    units, so the gradient of any softmax (torch's included) is off by units from the backward of the
+    unrounded y; against the backward of y as float32 holds it, it agrees."""
+    assert fuzz.main(["--seed", "0", "--case", "15890", "--only", "torch.softmax", "--max-elements", "4194304"]) == 0
