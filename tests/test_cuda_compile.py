@@ -272,6 +272,9 @@ def test_fake_implementations():
             assert (y.shape, y.dtype, y.stride()) == ((3, 5), torch.bfloat16, (5, 1))
         meta = op(torch.empty(3, 5, device="meta"))
         assert meta.shape == (3, 5) and meta.device.type == "meta"
+        with FakeTensorMode():
+            out = torch.empty(3, 5, dtype=torch.float16)
+            assert op.out(torch.empty(3, 5, dtype=torch.float16), out=out) is out
 
 
 def test_library_sources_need_no_torch():

@@ -27,6 +27,8 @@ def load_extension() -> None:
         torch.library.register_fake(f"lab::{name}")(
             lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
         )
+        # The .out overload writes into `out` and returns it (opcheck's fake-tensor test needs this one too).
+        torch.library.register_fake(f"lab::{name}.out")(lambda *inputs, out: out)
     differentiable = [n for n in [*CUDA_VARIANTS, AUTO_OP] if hasattr(torch.ops.lab, n)]
     for name in differentiable:
         # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
