@@ -197,7 +197,8 @@ def write_markdown(data: dict, path: Path) -> None:
           f"Produced by `python scripts/trust.py` at commit `{data['environment']['commit']}` on "
           f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", "",
           "## Randomized differential testing", "",
-          f"{data['fuzz']['cases']} seeded cases (seed {data['fuzz']['seed']}, M * N up to "
+          ("Seeded cases in the parts below" if len(data["fuzz"].get("parts", [])) > 1 else
+           f"{data['fuzz']['cases']} seeded cases") + f" (seed {data['fuzz']['seed']}, M * N up to "
           f"{data['fuzz'].get('max_elements', 'the default')}) against float64 torch.softmax, "
           "gradients on every tenth float32 case.", "",
           *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}: "
@@ -239,7 +240,18 @@ def main() -> int:
                    "files (python -m lab.fuzz --json at the same commit, one per part of a run split with --start) "
                    "instead of running it")
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
+    p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
+                   "OUT/trust.json with the parts given by --fuzz-json (a part run later) and rewrite trust.md")
     args = p.parse_args()
+    if args.refuzz:
+        if not args.fuzz_json:
+            sys.exit("trust: --refuzz needs --fuzz-json")
+        data = json.loads((args.out / "trust.json").read_text())
+        data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
+        (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
+        write_markdown(data, args.out / "trust.md")
+        print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json)} fuzz parts")
+        return 0
     quiet_third_party()
     if not torch.cuda.is_available():
         sys.exit("trust: needs a GPU")

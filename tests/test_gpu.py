@@ -84,7 +84,9 @@ def test_opcheck(name, layout, dtype):
     x = torch.randn(4, 128, device="cuda", dtype=dtype)
     if layout == "strided":
         x = x[:, :100]
-    torch.library.opcheck(getattr(torch.ops.lab, name).default, (x,))
+    op = getattr(torch.ops.lab, name)
+    torch.library.opcheck(op.default, (x,))
+    torch.library.opcheck(op.out, (x,), {"out": torch.empty(x.shape, device="cuda", dtype=dtype)})
 
 
 def _bad_inputs():

@@ -2,6 +2,7 @@
 here on made-up measurements, and the script's refusal to run without a GPU."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -60,3 +61,23 @@ def test_parts_of_a_split_run_add_up():
                                                   "mismatches": [{"problem": "x", "repro": "y"}]}
     with pytest.raises(SystemExit):
         trust.merge_fuzz([part, {**other, "seed": 1}])
+
+
+def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path):
+    part = {"seed": 0, "start": 0, "max_elements": 64, "per_shape_cases": 200, "cases": 500, "variants": {
+        "cuda.cluster": {"cases": 450, "skipped": 50, "not drawn": 0, "mismatches": []}}}
+    later = {**part, "start": 500, "variants": {
+        "cuda.cluster": {"cases": 480, "skipped": 20, "not drawn": 0, "mismatches": []}}}
+    data = {"environment": {"commit": "abc", "date": "today", "gpu": "GPU"}, "fuzz": part,
+            "large": {"shapes": "s", "command": "c", "summary": "ok"}, "citizenship": {}, "bad_inputs": {}}
+    (tmp_path / "trust.json").write_text(json.dumps(data))
+    for name, d in (("a.json", part), ("b.json", later)):
+        (tmp_path / name).write_text(json.dumps(d))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "trust.py"), "--out", str(tmp_path), "--refuzz",
+                           "--fuzz-json", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+                                                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "trust.md").read_text()
+    assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999" in md
+    assert json.loads((tmp_path / "trust.json").read_text())["fuzz"]["cases"] == 1000
