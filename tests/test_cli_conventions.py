@@ -135,14 +135,18 @@ def test_no_third_party_noise_and_no_wide_lines():
 
 def test_help_names_the_flags_the_readme_uses():
     help_text = lab_test("--help").stdout
-    # The README documents two commands: python -m lab.test and python -m lab.fuzz.
+    # The README documents python -m lab.test and python -m lab.fuzz ...
     fuzz_help = subprocess.run([sys.executable, "-m", "lab.fuzz", "--help"], capture_output=True, text=True,
                                cwd=ROOT, timeout=120).stdout
     assert "--per-shape-cases" in fuzz_help
+    # ... and the GPU trust script, scripts/trust.py
+    trust_help = subprocess.run([sys.executable, str(ROOT / "scripts" / "trust.py"), "--help"], capture_output=True,
+                                text=True, cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert "--refuzz" in trust_help
     readme = (ROOT / "README.md").read_text()
     flags = set(re.findall(r"`(--[a-z][a-z-]*)", readme))
     assert flags, "the README names flags"
-    missing = [f for f in flags if f not in help_text + fuzz_help and f not in ("--no-build-isolation",)]
+    missing = [f for f in flags if f not in help_text + fuzz_help + trust_help and f not in ("--no-build-isolation",)]
     assert not missing, f"README flags absent from --help: {missing}"
     # every document the help names is one a user of the project has
     named = set(re.findall(r"[\w./-]+\.md\b", help_text))
