@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from lab import check, fuzz, operators
+from lab.backends import cuda_variants
 from lab.env import ROOT, environment, quiet_third_party
 from lab.inputs import Shape, make_input
 from lab.registry import Variant, variants
@@ -88,7 +89,7 @@ def citizenship(v: Variant) -> dict[str, dict]:
     except Exception as e:
         out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
     if v.backend == "cuda":
-        op = getattr(torch.ops.lab, lab_op_name(v))
+        op = getattr(torch.ops.lab, cuda_variants.TORCH_OPS[v.key])
         try:
             torch.library.opcheck(op.default, (x,))
             torch.library.opcheck(op.out, (x,), {"out": torch.empty_like(x)})
@@ -115,13 +116,6 @@ def citizenship(v: Variant) -> dict[str, dict]:
     return out
 
 
-def lab_op_name(v: Variant) -> str:
-    """The torch.ops.lab op a CUDA variant is (cuda.auto is torch.ops.lab.softmax)."""
-    from lab.backends.cuda_variants import AUTO_OP, torch_op
-
-    return AUTO_OP if v.name == "cuda.auto" else torch_op("softmax", v.name.removeprefix("cuda."))
-
-
 def bad_inputs(v: Variant) -> dict[str, dict]:
     kernel = v.kernel()
     x = make_input(Shape(4, 10), torch.float32, "cuda", 5)
@@ -137,7 +131,9 @@ def bad_inputs(v: Variant) -> dict[str, dict]:
     out: dict[str, dict] = {}
     # An error names what the user called: the variant, or the torch.ops.lab op it is (torch's own errors
     # are torch's, and a peer's are its package's).
-    names = [v.name, v.name.split(".", 1)[1]] + ([f"lab::{lab_op_name(v)}"] if v.backend == "cuda" else [])
+    names = [v.name, v.name.split(".", 1)[1]]
+    if v.backend == "cuda":
+        names.append(f"lab::{cuda_variants.TORCH_OPS[v.key]}")
     for label, args in cases.items():
         try:
             y = kernel(*args)

@@ -318,3 +318,14 @@ def test_a_planted_variant_is_found_built_and_registered(tmp_path):
     assert lines[1].startswith("lab::vector_add_planted.out(Tensor a, Tensor b, *, Tensor(a!) out)")
     assert lines[2].startswith("lab::vector_add_planted: expected a CUDA tensor, got one on cpu")
     assert lines[3] == "False", "only the operators named in LAB_OPS are built"
+
+
+def test_every_cuda_variant_names_its_own_op():
+    """TORCH_OPS (what scripts/trust.py calls opcheck on) holds one distinct torch.ops.lab op per CUDA variant of
+    every operator (variant names repeat across operators: cuda.register_cached)."""
+    from lab import operators
+    from lab.registry import variants
+
+    keys = [v.key for op in operators.names() for v in variants(op) if v.backend == "cuda"]
+    assert sorted(keys) == sorted(cuda_variants.TORCH_OPS)
+    assert sorted(cuda_variants.TORCH_OPS.values()) == sorted(cuda_variants.torch_op_names())

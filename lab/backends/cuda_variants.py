@@ -22,6 +22,7 @@ def load_extension() -> None:
         import lab._C  # noqa: F401
     except ImportError as e:
         raise Unavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
+    differentiable = {*CUDA_VARIANTS, AUTO_OP}
     for name in (n for n in torch_op_names() if hasattr(torch.ops.lab, n)):  # a build may hold some operators only
         # Every op returns a contiguous tensor shaped like its first input.
         torch.library.register_fake(f"lab::{name}")(
@@ -29,14 +30,12 @@ def load_extension() -> None:
         )
         # The .out overload writes into `out` and returns it (opcheck's fake-tensor test needs this one too).
         torch.library.register_fake(f"lab::{name}.out")(lambda *inputs, out: out)
-    differentiable = [n for n in [*CUDA_VARIANTS, AUTO_OP] if hasattr(torch.ops.lab, n)]
-    for name in differentiable:
-        # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
-        torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
-    for name in (n for n in torch_op_names() if hasattr(torch.ops.lab, n)):
+        if name in differentiable:
+            # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
+            torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
         # Every other overload (each .out, the other operators' ops) refuses a tensor that requires grad
         # instead of PyTorch's default, a warning and a result that silently has no gradient.
-        for overload in ("default", "out") if name not in differentiable else ("out",):
+        for overload in ("out",) if name in differentiable else ("default", "out"):
             _refuse_gradients(name, overload)
     from lab import dispatch
 
@@ -175,11 +174,16 @@ def _register(name: str, traffic: Traffic, description: str, operator: str = "so
     """Register the op of csrc/<operator>/<name>.cu as the variant cuda.<name> of `operator`. A
     row-length limit (max_n, max_n_reason) is the one its launcher enforces; the header of its .cu says
     why. min_capability: the GPU generation the kernels need (`needs` says what for)."""
+    op_name = TORCH_OPS[(operator, f"cuda.{name}")] = torch_name or torch_op(operator, name)
     return register(Variant(
         op=operator, name=f"cuda.{name}", backend="cuda", description=description,
-        build=op_kernel(torch_name or torch_op(operator, name), min_capability, needs), traffic=traffic,
-        writes_out=True, **limits,
+        build=op_kernel(op_name, min_capability, needs), traffic=traffic, writes_out=True, **limits,
     ))
+
+
+TORCH_OPS: dict[tuple[str, str], str] = {}
+"""Each CUDA variant's torch.ops.lab op, by its key (operator, variant name); cuda.auto's is
+torch.ops.lab.softmax."""
 
 
 # The order is the ladder's (the listing's order).
