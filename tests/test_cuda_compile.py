@@ -326,6 +326,6 @@ def test_every_cuda_variant_names_its_own_op():
     from lab import operators
     from lab.registry import variants
 
-    keys = [v.key for op in operators.names() for v in variants(op) if v.backend == "cuda"]
+    keys = [v.key for op in operators.operators() for v in variants(op) if v.backend == "cuda"]
     assert sorted(keys) == sorted(cuda_variants.TORCH_OPS)
     assert sorted(cuda_variants.TORCH_OPS.values()) == sorted(cuda_variants.torch_op_names())
