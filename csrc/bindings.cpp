@@ -235,7 +235,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       the resident path with a given shape index and cluster size (errors when the slice does not
 //       fit that shape), on a persistent grid or one cluster per row
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
-//   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages] per shape, flattened
+//   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
+//       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster, persistent]
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
@@ -266,7 +267,9 @@ std::vector<int64_t> tune_cluster_shapes() {
   const lab::ResidentShape* shapes = nullptr;
   const int count = lab::cluster_resident_shapes(&shapes);
   std::vector<int64_t> flat;
-  for (int i = 0; i < count; ++i) flat.insert(flat.end(), {shapes[i].threads, shapes[i].elems, shapes[i].stages});
+  for (int i = 0; i < count; ++i) {
+    flat.insert(flat.end(), {shapes[i].threads, shapes[i].elems, shapes[i].stages, shapes[i].packed ? 1 : 0});
+  }
   return flat;
 }
 

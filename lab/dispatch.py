@@ -118,9 +118,11 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:
-            flat = list(torch.ops.lab_tune.cluster_shapes())
-            threads, elems, stages = flat[3 * shape: 3 * shape + 3]
-            lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements, "
+            from lab.backends.cuda_variants import cluster_shapes
+
+            threads, elems, stages, packed = cluster_shapes()[shape]
+            lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements"
+                         f"{' (packed 16-bit)' if packed else ''}, "
                          f"{'cp.async staging ' + str(stages) + ' row(s) ahead' if stages else 'direct loads'}, "
                          f"{'persistent grid' if persistent else 'one cluster per row'}")
     return lines

@@ -18,7 +18,9 @@
 #                                 <committed JSONs> --skip-sanitizers`, then `sanitize`.
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
-#                                 profiles of the points named in PROFILE (profile.txt)
+#                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are
+#                                 passed to scripts/tune_cluster.py (e.g. "--dtype bfloat16 --shapes
+#                                 packed": only the packed 16-bit shapes, beside the plan's choice)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
 # the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
@@ -75,7 +77,8 @@ PROFILE=${PROFILE:-"cuda.register_cached 131072x512 bfloat16;cuda.register_cache
 tune() {
   { rc=0
     echo "== pytest (cuda.cluster)"; $PYTHON -m pytest -q -p no:cacheprovider -x tests/test_gpu.py -k "${TESTS:-cluster or register_cached}" || rc=1
-    echo "== tune_cluster"; $PYTHON scripts/tune_cluster.py --json "$OUT/tune.json" || rc=1
+    # shellcheck disable=SC2086
+    echo "== tune_cluster"; $PYTHON scripts/tune_cluster.py ${TUNE_ARGS:-} --json "$OUT/tune.json" || rc=1
     exit $rc
   } 2>&1 | tee "$OUT/tune.txt" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

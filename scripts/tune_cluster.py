@@ -1,14 +1,17 @@
 """Measure every launch shape of cuda.cluster at the sweeps' row lengths, to choose its launch table.
 
 For each dtype and each row length of the fixed and tutorial sweeps (at the sweep's M), every
-resident CTA shape (threads, float32 registers per thread, rows staged ahead) compiled into lab._C
-is tried with every cluster size whose slice fits the shape's registers and fills at least a
-quarter of them. Each configuration is checked against float64 before it is timed (median of
+resident CTA shape (threads, elements per thread, rows staged ahead, float32 or packed 16-bit
+registers) compiled into lab._C for that dtype is tried with every cluster size whose slice fits
+the shape's registers and fills at least a quarter of them. Packed shapes (label suffix P: 16-bit
+elements held two to a register) run for float16 and bfloat16 only; --shapes packed times only
+them (with --dtype bfloat16, the measurement the packed path waits for), --shapes float only the
+others. Each configuration is checked against float64 before it is timed (median of
 do_bench, L2 flushed), like the lab's own variants. Prints, per point, the best configuration, the
 one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
 writes every measurement as JSON.
 
-    python scripts/tune_cluster.py [--dtype bfloat16] [--min-n 1024] [--json tune.json]
+    python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--json tune.json]
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 import torch
 
 from lab import bench, check, inputs
-from lab.backends.cuda_variants import load_extension
+from lab.backends.cuda_variants import ClusterShape, cluster_shapes, load_extension
 from lab.operators.softmax import SOFTMAX
 from lab.registry import dtype_name
 
@@ -34,13 +37,16 @@ def points(min_n: int) -> list[tuple[str, inputs.Shape]]:
     return [(sweep, s) for sweep in ("fixed", "tutorial") for s in inputs.SWEEPS[sweep] if s.n >= min_n]
 
 
-def candidates(n: int, dtype: torch.dtype, shapes: list[tuple[int, int, int]]):
-    """(shape index, cluster) pairs whose slice fits the shape and uses at least a quarter of it."""
+def candidates(n: int, dtype: torch.dtype, shapes: list[ClusterShape], kinds: str = "all"):
+    """(shape index, cluster) pairs whose slice fits the shape and uses at least a quarter of it, for
+    the shapes compiled for `dtype` of the kinds asked for (all, packed or float)."""
     pack = 16 // torch.empty((), dtype=dtype).element_size()
-    for i, (threads, elems, _) in enumerate(shapes):
+    for i, s in enumerate(shapes):
+        if not s.runs(dtype) or (kinds == "packed" and not s.packed) or (kinds == "float" and s.packed):
+            continue
         for c in CLUSTERS:
             slice_elems = math.ceil(math.ceil(n / pack) / c) * pack
-            if slice_elems <= threads * elems and 4 * slice_elems >= threads * elems:
+            if slice_elems <= s.threads * s.elems and 4 * slice_elems >= s.threads * s.elems:
                 yield i, c
 
 
@@ -48,10 +54,15 @@ def describe(c: dict | None) -> str:
     if c is None:
         return "-"
     kind = "p" if c["persistent"] else "n"
-    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']}{kind} {c['pct_copy']:.1f}%"
+    return f"{label(c)} c{c['cluster']}{kind} {c['pct_copy']:.1f}%"
 
 
-def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list) -> dict:
+def label(c: dict) -> str:
+    return ClusterShape(c["threads"], c["elems"], c["stages"], c.get("packed", False)).label()
+
+
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list[ClusterShape],
+                  kinds: str = "all") -> dict:
     """Every candidate configuration at one point, checked then timed, with references for scale."""
     tuned = torch.ops.lab_tune.cluster
     x = inputs.make_input(shape, dtype, "cuda")
@@ -60,9 +71,13 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype)), "configs": []}
-    for i, c in candidates(shape.n, dtype, shapes):
+    pairs = list(candidates(shape.n, dtype, shapes, kinds))
+    if row["plan"][0] >= 0 and tuple(row["plan"][:2]) not in pairs:
+        pairs.append(tuple(row["plan"][:2]))  # the plan's own choice, for comparison, whatever --shapes says
+    for i, c in pairs:
         for persistent in (True, False):
-            cfg = {"shape": i, "threads": shapes[i][0], "elems": shapes[i][1], "stages": shapes[i][2],
+            s = shapes[i]
+            cfg = {"shape": i, "threads": s.threads, "elems": s.elems, "stages": s.stages, "packed": s.packed,
                    "cluster": c, "persistent": persistent}
             row["configs"].append(cfg)
 
@@ -88,19 +103,20 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--shapes", choices=("all", "packed", "float"), default="all",
+                   help="which resident shapes to time: all, the packed 16-bit ones, or the float32-register ones")
     p.add_argument("--min-n", type=int, default=32)
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("tune_cluster: needs a CUDA GPU")
     load_extension()
-    flat = list(torch.ops.lab_tune.cluster_shapes())
-    shapes = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+    shapes = cluster_shapes()
     records = []
     start = time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
         for sweep, shape in points(args.min_n):
-            row = measure_point(sweep, shape, dtype, shapes)
+            row = measure_point(sweep, shape, dtype, shapes, args.shapes)
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
             best = max(ok, key=lambda c: c["gbps"], default=None)
@@ -120,7 +136,7 @@ def main() -> int:
 
 
 def describe_error(c: dict) -> str:
-    return f"{c['threads']}x{c['elems']}s{c['stages']} c{c['cluster']} p={c['persistent']}: {c['error']}"
+    return f"{label(c)} c{c['cluster']} p={c['persistent']}: {c['error']}"
 
 
 if __name__ == "__main__":

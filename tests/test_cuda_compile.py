@@ -190,6 +190,26 @@ def test_extension_imports_and_registers_ops():
 
 
 @needs_extension
+def test_cluster_shapes_and_plans():
+    """cuda.cluster's resident shapes as the tuning ops list them (scripts/tune_cluster.py reads them):
+    whole 16-byte packs per thread, packed ones (16-bit only) among them with at most 128 KiB of
+    staging per CTA, and float32's plan never names a packed shape (it is not compiled for float32)."""
+    shapes = cuda_variants.cluster_shapes()
+    assert shapes and any(s.packed for s in shapes) and any(not s.packed for s in shapes)
+    for s in shapes:
+        assert s.threads % 32 == 0 and s.threads <= 512 and s.elems % 8 == 0 and s.stages >= 0, s
+        if s.packed:
+            assert not s.runs(torch.float32) and s.runs(torch.bfloat16) and s.runs(torch.float16), s
+            assert s.stages * s.threads * s.elems * 2 <= 128 * 1024, s
+    for n in (2**k + d for k in range(5, 21) for d in (-1, 0, 1)):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            index, cluster, _ = torch.ops.lab_tune.cluster_plan(n, dtype)
+            if index >= 0:
+                assert shapes[index].runs(dtype), (n, dtype, shapes[index])
+                assert 1 <= cluster <= 16 and n <= cluster * shapes[index].threads * shapes[index].elems
+
+
+@needs_extension
 @pytest.mark.parametrize("op", [op for op in cuda_variants.CUDA_OPS if op != "softmax"])
 def test_other_operators_ops(op):
     """The other operators' ops: their schemas, and a CPU tensor rejected with a clear message."""

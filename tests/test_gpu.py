@@ -214,3 +214,101 @@ def test_cuda_variants_on_misaligned_rows(n, dtype):
         if v.backend == "cuda" and v.skip_reason(inputs.Shape.of(x), dtype) is None:
             res = check.check(v.kernel(), x, v.writes_out, ref)
             assert res.ok, f"{v.name} N={n} {dtype_name(dtype)}: {res.summary()}"
+
+
+# --- cuda.cluster's resident shapes, each with every cluster size, through the tuning op -----------
+
+
+def _cluster_shapes() -> list:
+    """The resident shapes compiled into lab._C (torch.ops.lab_tune.cluster_shapes); none when the
+    extension is not built (the tests below are skipped then, or on a machine without a GPU)."""
+    try:
+        return cuda_variants.cluster_shapes()
+    except Exception:  # lab._C not built: cuda.cluster's own tests say so
+        return []
+
+
+CLUSTER_SHAPES = _cluster_shapes()
+CLUSTER_SIZES = range(1, 17)  # every size a cluster can have on Hopper (above 8: non-portable)
+# The packed shapes (16-bit elements held as loaded, two per register) in the dtypes they run in.
+PACKED = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
+          for i, s in enumerate(CLUSTER_SHAPES) if s.packed for d in DTYPES if s.runs(d)]
+
+
+def _aligned(x: torch.Tensor) -> bool:
+    return x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0
+
+
+def _fits(shape, n: int, dtype: torch.dtype, cluster: int) -> bool:
+    """Whether a row of n elements split across `cluster` CTAs fits the shape (whole 16-byte packs)."""
+    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    return math.ceil(math.ceil(n / pack) / cluster) <= shape.threads * shape.elems // pack
+
+
+def _check_every_cluster(index: int, x: torch.Tensor, ref: torch.Tensor, labels: list[str] | None = None) -> int:
+    """Run shape `index` with every cluster size, persistent and not, on x: each launch that fits is
+    checked against ref, each that cannot (the slice exceeds the shape, or rows not 16-byte aligned)
+    must raise. Returns how many launches were checked."""
+    shape = CLUSTER_SHAPES[index]
+    checked = 0
+    for c in CLUSTER_SIZES:
+        for persistent in (True, False):
+            def run(t: torch.Tensor, c: int = c, p: bool = persistent) -> torch.Tensor:
+                return torch.ops.lab_tune.cluster(t, index, c, p)
+
+            where = f"{shape.label()} c{c} {'persistent' if persistent else 'one cluster per row'} " \
+                    f"{dtype_name(x.dtype)} {tuple(x.shape)} stride {x.stride(0)}"
+            if x.numel() > 0 and not (_aligned(x) and _fits(shape, x.shape[1], x.dtype, c)):
+                with pytest.raises(RuntimeError):
+                    run(x)
+                continue
+            res = check.check(run, x, False, ref, row_labels=labels)
+            assert res.ok, f"{where}: {res.summary()}"
+            checked += 1
+    return checked
+
+
+def _tail_rows(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, list[str]]:
+    """Rows whose -inf or NaN parts fill whole threads and CTAs of the cluster: a -inf tail, a -inf
+    head, a NaN as the last element, all -inf but the last element."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    rows = inputs.irregular(4, n, g, "cuda")
+    rows[0, n // 2:] = -math.inf
+    rows[1, : 3 * n // 4] = -math.inf
+    rows[2, -1] = math.nan
+    rows[3, :-1] = -math.inf
+    return rows.to(dtype), ["-inf tail", "-inf head", "NaN last", "only the last finite"]
+
+
+@pytest.mark.parametrize(("index", "dtype"), PACKED)
+def test_cluster_packed_shapes_edge_shapes(index, dtype):
+    """Every packed shape x every cluster size on the edge shapes (odd N, partial last packs, row
+    strides, M = 0 and 1, long rows)."""
+    checked = 0
+    for shape in inputs.EDGE_SHAPES:
+        x = inputs.make_input(shape, dtype, "cuda")
+        checked += _check_every_cluster(index, x, SOFTMAX.reference(x))
+    assert checked, "no edge shape fits this shape with any cluster size"
+
+
+@pytest.mark.parametrize(("index", "dtype"), PACKED)
+def test_cluster_packed_shapes_special_rows(index, dtype):
+    """Every packed shape x every cluster size on the special rows (-inf entries, all -inf, +inf,
+    NaN, large magnitudes) and on rows whose -inf or NaN parts fill whole threads and CTAs."""
+    for n in inputs.SPECIAL_NS:
+        x, labels = inputs.special_input(n, dtype, "cuda")
+        _check_every_cluster(index, x, SOFTMAX.reference(x), labels)
+    for n in (4099, 70001):
+        x, labels = _tail_rows(n, dtype)
+        _check_every_cluster(index, x, SOFTMAX.reference(x), labels)
+
+
+def test_cluster_packed_shapes_refuse_float32():
+    """A packed shape is compiled for 16-bit dtypes only: float32 is refused, not run."""
+    packed = [i for i, s in enumerate(CLUSTER_SHAPES) if s.packed]
+    if not packed:
+        pytest.skip("no packed shapes in this build")
+    x = torch.randn(2, 1000, device="cuda")
+    for i in packed:
+        with pytest.raises(RuntimeError):
+            torch.ops.lab_tune.cluster(x, i, 1, True)

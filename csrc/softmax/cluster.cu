@@ -1,5 +1,20 @@
 // cluster: a row split across a Hopper thread-block cluster, read from HBM once at any length.
 //
+// Packed 16-bit path (shapes with `packed` set; float16 and bfloat16 only; not in the launch
+// tables yet, reachable through torch.ops.lab_tune.cluster until measured): each thread holds its
+// slice as the 16-byte packs it loaded, 8 elements in 4 registers, instead of 8 float32 registers,
+// so a CTA holds twice the row per register (and twice the bytes in flight with direct loads).
+// Loaded straight from global memory (stages 0) or through the same cp.async staging. The max is
+// taken pairwise in 16 bits (__hmax2, exact, NaN skipped like fmaxf), the exp-sum converts each
+// element to float32 on the fly and keeps nothing, and the write recomputes y = exp(x - M) / D
+// from the packs: two exponentials per element instead of one. Affordable: a copy-speed bfloat16
+// softmax moves 4 bytes per element, so at the H200's ~4.3 TB/s copy it needs ~1.1e12 elements/s,
+// ~2.2e12 ex2/s; the MUFU unit issues 16 ex2 per clock per SM, 132 x 16 x 1.98 GHz = 4.2e12/s
+// (3.7e12 at 1.755 GHz): about half to 60% of it, with the FP32 work (~10 operations per element,
+// 128 per clock per SM) at about a third. Tight enough that scripts/tune_cluster.py must show it.
+// NaN and -inf behave as in the float path: a NaN makes D NaN, hence the whole row; an all -inf
+// row has M = -inf and x - M = NaN, as in torch; slots past the row hold -inf.
+//
 // Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r of the cluster owns the r-th of C
 // equal slices (whole 16-byte packs). Each thread copies its packs of the slice into shared memory
 // with cp.async, moves them to registers as float32, and reduces them to its own online state
@@ -45,13 +60,22 @@ namespace {
 
 constexpr int kMaxCluster = 16;  // the largest cluster Hopper launches (non-portable above 8)
 
-// The resident path's CTA shapes (threads, float32 registers of row data per thread, rows staged
-// ahead). Each is compiled for every dtype; kPlan32 and kPlan16 pick among them.
+// The resident path's CTA shapes (threads, elements of row data per thread, rows staged ahead,
+// packed). A float shape holds its elements as float32 registers and is compiled for every dtype;
+// a packed one holds them as the 16-bit packs loaded, two per register, and is compiled for
+// float16 and bfloat16 only (a float32 launch of it is refused). kPlan32 and kPlan16 pick among
+// them; new shapes go at the end, since the plans name shapes by index.
 // Stages 0: no staging, the row is loaded straight into registers (no prefetch of later rows).
 constexpr ResidentShape kResidentShapes[] = {
     {128, 32, 1}, {128, 32, 2}, {256, 16, 1}, {256, 16, 2}, {256, 32, 1}, {256, 32, 2},
     {256, 64, 1}, {256, 64, 2}, {512, 32, 1}, {512, 32, 2}, {512, 64, 1}, {512, 64, 2},
     {128, 32, 0}, {256, 16, 0}, {256, 32, 0}, {256, 64, 0}, {512, 32, 0}, {512, 64, 0},
+    // Packed, 16-bit only (not measured yet, so in no plan): 32 or 64 registers of row data hold 64
+    // or 128 elements. At most 128 KiB of 16-bit staging per CTA (the 227 KiB limit).
+    {128, 64, 0, true},  {128, 64, 2, true},  {256, 64, 0, true},  {256, 64, 1, true},
+    {256, 64, 2, true},  {256, 128, 0, true}, {256, 128, 1, true}, {256, 128, 2, true},
+    {512, 64, 0, true},  {512, 64, 1, true},  {512, 64, 2, true},  {512, 128, 0, true},
+    {512, 128, 1, true},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
@@ -66,6 +90,9 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // (N = 65536: 81-87% staged against 60-64% direct): its registers hold floats, two per 4 bytes
 // loaded, so a thread holds half the bytes in flight that float32 holds, while shared memory holds
 // them as they are.
+// The packed shapes (16-bit elements held two to a register, the fix for that) are in neither
+// table: until scripts/tune_cluster.py has timed them on the H200 they are reachable only through
+// torch.ops.lab_tune.cluster. The tables stay as measured.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -82,16 +109,19 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {65536, 11, 2, true},   {131072, 11, 4, true},  {262144, 6, 16, true},  {524288, 11, 16, true},
 };
 
-// Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers.
+// Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
+// float32 (sixteen_bit false) takes no packed shape.
 template <size_t N>
-constexpr bool plan_fits(const PlanEntry (&plan)[N]) {
+constexpr bool plan_fits(const PlanEntry (&plan)[N], bool sixteen_bit) {
   for (const PlanEntry& e : plan) {
     const ResidentShape& s = kResidentShapes[e.shape];
+    if (s.packed && !sixteen_bit) return false;
     if (e.cluster > kMaxCluster || e.max_cols > int64_t{e.cluster} * s.threads * s.elems) return false;
   }
   return true;
 }
-static_assert(plan_fits(kPlan32) && plan_fits(kPlan16), "a plan entry's slice exceeds its shape's registers");
+static_assert(plan_fits(kPlan32, false) && plan_fits(kPlan16, true),
+              "a plan entry's slice exceeds its shape's registers, or float32 names a packed shape");
 
 // --- cp.async: 16-byte global -> shared copies that complete asynchronously ----------------------
 
@@ -214,18 +244,26 @@ __device__ __forceinline__ void exchange_finish(cg::cluster_group& cluster) { cl
 
 // --- the resident path: the CTA's slice held in registers ----------------------------------------
 
-// Registers asked of __launch_bounds__: the ELEMS floats of row data plus about 40 for addresses,
-// loop state and the reductions, so that ptxas neither spills nor caps residency lower than needed.
-template <int THREADS, int ELEMS>
-constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (ELEMS + 40)));
+// Registers of row data per thread: ELEMS floats, or ELEMS 16-bit elements two to a register.
+template <typename T, int ELEMS, bool PACKED>
+constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 : ELEMS;
 
-template <typename T, int THREADS, int ELEMS, int STAGES>
-__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
+// Registers asked of __launch_bounds__: the row data plus about 40 for addresses, loop state and
+// the reductions, so that ptxas neither spills nor caps residency lower than needed.
+template <int THREADS, int REGS>
+constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + 40)));
+
+// PACKED (16-bit T only): the thread's fragment is the packs as loaded, kPackWords words each
+// (see the header comment); else ELEMS floats.
+template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
+__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>>))
     cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                     int64_t x_stride, int64_t y_stride, int slice_packs) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
+  static_assert(!PACKED || sizeof(T) == 2, "the packed fragment holds 16-bit elements");
+  using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
   constexpr int kWarps = THREADS / kWarpSize;
   static_assert(kWarps <= kMaxWarps, "the exchange has slots for kMaxWarps warps per CTA");
   __shared__ Exchange ex;
@@ -275,17 +313,35 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
     }
     cp_async_commit();  // one group per row, empty past the last row: the wait count stays uniform
   };
+  // A pack of the fragment from its 16 bytes, taken by value: one 16-byte load from shared or
+  // global memory at the call.
+  const auto hold = [](Fragment& v, int k, const Pack<T> pk) {
+    if constexpr (PACKED) {
+      const uint4 q = *reinterpret_cast<const uint4*>(&pk);
+      v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+    }
+  };
   // STAGES = 0: 16-byte loads straight into registers, all in flight before the first use.
-  const auto load_direct = [&](int64_t row, float (&v)[PACKS][K]) {
+  const auto load_direct = [&](int64_t row, Fragment& v) {
     const T* xr = x + row * x_stride + int64_t{p0 + tid} * K;
     const int n = opaque(held), tk = opaque(tail_k);
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const T* src = xr + int64_t{k} * THREADS * K;
       if (k < n && k != tk) {
-        const Pack<T> pk = *reinterpret_cast<const Pack<T>*>(src);
+        hold(v, k, *reinterpret_cast<const Pack<T>*>(src));
+      } else if constexpr (PACKED) {  // the partial last pack element by element, -inf past the row
+        const uint16_t* bits = reinterpret_cast<const uint16_t*>(src);
+        const int have = k == tk ? tail : 0;
 #pragma unroll
-        for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+        for (int i = 0; i < kPackWords; ++i) {
+          const uint32_t lo = 2 * i < have ? bits[2 * i] : PairOf<T>::kMinusInf;
+          const uint32_t hi = 2 * i + 1 < have ? bits[2 * i + 1] : PairOf<T>::kMinusInf;
+          v[k][i] = lo | hi << 16;
+        }
       } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = k == tk && j < tail ? to_float(src[j]) : -CUDART_INF_F;
@@ -300,7 +356,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
   int stage = 0;
   int row_index = 0;
   for (int64_t row = first_row; row < rows; row += row_step, ++row_index) {
-    float v[PACKS][K];
+    Fragment v;
     if constexpr (STAGES == 0) {
       load_direct(row, v);
     } else {
@@ -310,37 +366,71 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, ELEMS>))
         for (int j = tail; j < K; ++j) last[j] = from_float<T>(-CUDART_INF_F);
       }
 #pragma unroll
-      for (int k = 0; k < PACKS; ++k) {
-        const Pack<T> pk = mine[(stage * PACKS + k) * THREADS];
-#pragma unroll
-        for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
-      }
+      for (int k = 0; k < PACKS; ++k) hold(v, k, mine[(stage * PACKS + k) * THREADS]);
     }
-    const float m = fragment_max(v);
+    float m;
+    if constexpr (PACKED) {
+      m = fragment_max<T>(v);
+    } else {
+      m = fragment_max(v);
+    }
     // The slots' values are in registers now (the max used them all): refill them with a later row.
     fetch(row + STAGES * row_step, stage);
     stage = stage + 1 >= STAGES ? 0 : stage + 1;
 
     // Exponentials relative to this thread's max; a thread that saw only -inf (or NaN, which
     // fmaxf skips) uses 0, so -inf gives 0 and NaN stays NaN and poisons d.
-    const float d = fragment_exp_sum(v, m == -CUDART_INF_F ? 0.0f : m);
+    const float shift = m == -CUDART_INF_F ? 0.0f : m;
+    float d;
+    if constexpr (PACKED) {
+      d = fragment_exp_sum<T>(v, shift);  // the fragment keeps the inputs
+    } else {
+      d = fragment_exp_sum(v, shift);  // the fragment now holds the exponentials
+    }
     const MaxSum total = exchange_row<kWarps>(MaxSum{m, d}, ex, row_index, c, cluster.block_rank());
 
-    // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,
-    // which is 0, or NaN when the whole row is -inf (D = 0) as in torch.
-    const float factor = (m == -CUDART_INF_F ? 0.0f : __expf(m - total.m)) / total.d;
     T* yr = y + row * y_stride + int64_t{p0 + tid} * K;
     const int n = opaque(held), tk = opaque(tail_k);
+    if constexpr (PACKED) {
+      // y = exp(x - M) / D, recomputed from the inputs. A NaN anywhere in the row made D NaN, so
+      // the whole row is NaN; an all -inf row has M = -inf, and x - M = NaN, as in torch; a -inf
+      // element of any other row gives exp(-inf) = 0.
+      const float inv_d = 1.0f / total.d;
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-      if (k >= n) continue;
-      Pack<T> out;
+      for (int k = 0; k < PACKS; ++k) {
+        if (k >= n) continue;
+        uint32_t out[kPackWords];
 #pragma unroll
-      for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * factor);
-      if (k != tk) {
-        *reinterpret_cast<Pack<T>*>(yr + k * THREADS * K) = out;
-      } else {
-        for (int j = 0; j < tail; ++j) yr[k * THREADS * K + j] = out.v[j];
+        for (int i = 0; i < kPackWords; ++i) {
+          const float2 f = word_to_float2<T>(v[k][i]);
+          out[i] = float2_to_word<T>(__expf(f.x - total.m) * inv_d, __expf(f.y - total.m) * inv_d);
+        }
+        T* dst = yr + k * THREADS * K;
+        if (k != tk) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+        } else {
+          uint16_t* bits = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+          for (int j = 0; j < K; ++j) {
+            if (j < tail) bits[j] = static_cast<uint16_t>(out[j / 2] >> (16 * (j % 2)));
+          }
+        }
+      }
+    } else {
+      // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,
+      // which is 0, or NaN when the whole row is -inf (D = 0) as in torch.
+      const float factor = (m == -CUDART_INF_F ? 0.0f : __expf(m - total.m)) / total.d;
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        if (k >= n) continue;
+        Pack<T> out;
+#pragma unroll
+        for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * factor);
+        if (k != tk) {
+          *reinterpret_cast<Pack<T>*>(yr + k * THREADS * K) = out;
+        } else {
+          for (int j = 0; j < tail; ++j) yr[k * THREADS * K + j] = out.v[j];
+        }
       }
     }
   }
@@ -414,14 +504,14 @@ bool rows_aligned(const RowsArgs& a) {
          (a.y_row_stride * bytes) % kVecBytes == 0;
 }
 
-template <typename T, int THREADS, int ELEMS, int STAGES>
+template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
 cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, cudaStream_t stream) {
   constexpr int K = kPack<T>;
   const int64_t row_packs = (a.cols + K - 1) / K;
   const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
   if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
   const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
-  return launch_clusters(cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES>, cluster, THREADS, smem,
+  return launch_clusters(cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED>, cluster, THREADS, smem,
                          a.rows, persistent, stream, static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
                          static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride, slice_packs);
 }
@@ -458,7 +548,11 @@ template <typename T>
 cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, bool persistent, cudaStream_t stream) {
   return dispatch_resident_shape(index, [&](auto i) {
     constexpr ResidentShape s = kResidentShapes[decltype(i)::value];
-    return launch_resident<T, s.threads, s.elems, s.stages>(a, cluster, persistent, stream);
+    if constexpr (s.packed && sizeof(T) != 2) {
+      return cudaErrorInvalidValue;  // packed shapes are compiled for 16-bit dtypes only
+    } else {
+      return launch_resident<T, s.threads, s.elems, s.stages, s.packed>(a, cluster, persistent, stream);
+    }
   });
 }
 

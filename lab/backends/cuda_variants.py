@@ -7,6 +7,8 @@ Adding a CUDA variant is its .cu file (setup.py finds it and the bindings regist
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from lab.registry import Traffic, Unavailable, Variant, register
@@ -139,6 +141,33 @@ def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: s
 
 
 AUTO_OP = "softmax"  # torch.ops.lab.softmax: the dispatching entry, registered as cuda.auto
+
+
+class ClusterShape(NamedTuple):
+    """A resident CTA shape of cuda.cluster, as torch.ops.lab_tune.cluster_shapes lists them."""
+
+    threads: int
+    elems: int  # elements of row data per thread
+    stages: int  # rows staged ahead through shared memory (0: loaded straight into registers)
+    packed: bool  # held as the 16-bit packs loaded, two elements per register (float16, bfloat16 only)
+
+    def runs(self, dtype: torch.dtype) -> bool:
+        """Whether the shape is compiled for `dtype` (a packed one for 16-bit dtypes only)."""
+        return not self.packed or torch.empty((), dtype=dtype).element_size() == 2
+
+    def label(self) -> str:
+        return f"{self.threads}x{self.elems}s{self.stages}{'P' if self.packed else ''}"
+
+
+CLUSTER_SHAPE_FIELDS = len(ClusterShape._fields)
+
+
+def cluster_shapes() -> list[ClusterShape]:
+    """cuda.cluster's resident shapes compiled into lab._C, in the order the tuning ops index them."""
+    load_extension()
+    flat = list(torch.ops.lab_tune.cluster_shapes())
+    n = CLUSTER_SHAPE_FIELDS
+    return [ClusterShape(*flat[i:i + n - 1], bool(flat[i + n - 1])) for i in range(0, len(flat), n)]
 
 
 def cluster_thresholds(dtype: torch.dtype) -> list[int]:

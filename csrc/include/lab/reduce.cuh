@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
+#include "lab/vec.cuh"
+
 namespace lab {
 
 constexpr int kWarpSize = 32;
@@ -53,6 +55,44 @@ __device__ __forceinline__ float fragment_exp_sum(float (&v)[P][K], float shift)
     }
   }
   return d;
+}
+
+// The same for a fragment of 16-bit elements held as loaded (T = half or bfloat16): P packs of
+// kPackWords words, two elements per word (vec.cuh). The max in 16 bits, pairwise (exact, NaN
+// skipped as by fmaxf), with one chain per word position for independent instructions.
+template <typename T, int P>
+__device__ __forceinline__ float fragment_max(const uint32_t (&w)[P][kPackWords]) {
+  static_assert(sizeof(T) == 2, "two 16-bit elements per word");
+  uint32_t m[kPackWords];
+#pragma unroll
+  for (int i = 0; i < kPackWords; ++i) m[i] = w[0][i];
+#pragma unroll
+  for (int k = 1; k < P; ++k) {
+#pragma unroll
+    for (int i = 0; i < kPackWords; ++i) m[i] = word_max<T>(m[i], w[k][i]);
+  }
+#pragma unroll
+  for (int i = 1; i < kPackWords; ++i) m[0] = word_max<T>(m[0], m[i]);
+  const float2 f = word_to_float2<T>(m[0]);
+  return fmaxf(f.x, f.y);
+}
+
+// The sum of exp(v - shift) over a 16-bit fragment, converting each element on the fly; the
+// fragment is left as it is (the write recomputes the exponentials from it).
+template <typename T, int P>
+__device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift) {
+  static_assert(sizeof(T) == 2, "two 16-bit elements per word");
+  float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+#pragma unroll
+    for (int i = 0; i < kPackWords; ++i) {
+      const float2 f = word_to_float2<T>(w[k][i]);
+      d0 += __expf(f.x - shift);
+      d1 += __expf(f.y - shift);
+    }
+  }
+  return d0 + d1;
 }
 
 // Butterfly (xor) all-reduce inside groups of WIDTH consecutive lanes (a whole warp by default):

@@ -13,12 +13,15 @@
 
 namespace lab {
 
-// A CTA shape of the resident path: threads per CTA, float32 registers of row data per thread,
-// and how many rows each thread's shared-memory slots stage ahead.
+// A CTA shape of the resident path: threads per CTA, elements of row data per thread, how many
+// rows each thread's shared-memory slots stage ahead, and how a thread holds its elements in
+// registers: as float32 (one register each), or packed, as the 16-bit packs it loaded (two per
+// register; compiled for float16 and bfloat16 only).
 struct ResidentShape {
   int threads;
   int elems;
   int stages;
+  bool packed = false;
 };
 
 // How a row length is launched: shape >= 0 indexes the resident shapes with `cluster` CTAs per

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,6 +36,74 @@ template <typename T>
 struct alignas(kVecBytes) Pack {
   T v[kPack<T>];
 };
+
+// --- 16-bit data held as raw 32-bit words ---------------------------------------------------------
+// A 16-byte pack of half or bfloat16 is kPackWords words as loaded; word i holds elements 2i (low
+// 16 bits) and 2i + 1 (high 16 bits), a CUDA pair (__half2, __nv_bfloat162) bit for bit. Kept as
+// words, a thread holds 2 elements per register instead of 1 float.
+constexpr int kPackWords = kVecBytes / 4;
+
+template <typename T>
+struct PairOf;
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+  static constexpr uint16_t kMinusInf = 0xFC00u;  // -inf in float16
+};
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static constexpr uint16_t kMinusInf = 0xFF80u;  // -inf in bfloat16
+};
+
+// A word of two -inf elements of T (fills the parts of a fragment past the row).
+template <typename T>
+constexpr uint32_t kMinusInfWord = uint32_t{PairOf<T>::kMinusInf} * 0x00010001u;
+
+template <typename T>
+__device__ __forceinline__ typename PairOf<T>::type word_as_pair(uint32_t w) {
+  typename PairOf<T>::type p;
+  static_assert(sizeof(p) == sizeof(w), "a pair is one 32-bit word");
+  memcpy(&p, &w, sizeof(w));  // a register move: no memory is touched
+  return p;
+}
+template <typename P>
+__device__ __forceinline__ uint32_t pair_as_word(P p) {
+  uint32_t w;
+  static_assert(sizeof(p) == sizeof(w), "a pair is one 32-bit word");
+  memcpy(&w, &p, sizeof(w));
+  return w;
+}
+
+// Both elements of a word as floats (exact: every half and bfloat16 is a float).
+template <typename T>
+__device__ __forceinline__ float2 word_to_float2(uint32_t w);
+template <>
+__device__ __forceinline__ float2 word_to_float2<__half>(uint32_t w) { return __half22float2(word_as_pair<__half>(w)); }
+template <>
+__device__ __forceinline__ float2 word_to_float2<__nv_bfloat16>(uint32_t w) {
+  // A bfloat16 is the high 16 bits of a float32: one shift or mask per element.
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
+}
+
+// Two floats rounded (to nearest even) into one word: lo in the low 16 bits (one cvt instruction).
+template <typename T>
+__device__ __forceinline__ uint32_t float2_to_word(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t float2_to_word<__half>(float lo, float hi) {
+  return pair_as_word(__floats2half2_rn(lo, hi));
+}
+template <>
+__device__ __forceinline__ uint32_t float2_to_word<__nv_bfloat16>(float lo, float hi) {
+  return pair_as_word(__floats2bfloat162_rn(lo, hi));
+}
+
+// The elementwise max of two words, in 16 bits (exact). As fmaxf, a NaN operand is dropped for the
+// other one (NaN only when both are NaN).
+template <typename T>
+__device__ __forceinline__ uint32_t word_max(uint32_t a, uint32_t b) {
+  return pair_as_word(__hmax2(word_as_pair<T>(a), word_as_pair<T>(b)));
+}
 
 // Whether `p` may be read or written as 16-byte packs.
 template <typename T>
