@@ -58,8 +58,10 @@ constexpr int kCtasPerSm = 1;  // 512 threads x up to 128 registers: the whole r
 constexpr int kMaxGrid = 1024;
 constexpr int kSlots = 8;
 
-// The partial states (m, d) of the CTAs of the split path: [slot][CTA].
+// The partial states (m, d) of the CTAs of the split path: [slot][CTA]. Launches of every dtype
+// take their slot from one counter.
 __device__ float2 g_partials[kSlots * kMaxGrid];
+std::atomic<unsigned> next_slot{0};
 
 // The warp's state from its threads' states, taking the max first so that each thread's sum is
 // rescaled by a single exponential. A state whose max is -inf holds only -inf (d = 0) or a NaN
@@ -223,7 +225,6 @@ cudaError_t launch(const RowsArgs& a, cudaStream_t stream) {
   if (!cooperative) return cudaErrorNotSupported;
   void* base = nullptr;
   LAB_CUDA_TRY(cudaGetSymbolAddress(&base, g_partials));
-  static std::atomic<unsigned> next_slot{0};
   float2* partials = static_cast<float2*>(base) + (next_slot.fetch_add(1) % kSlots) * kMaxGrid;
 
   cudaLaunchAttribute attr{};
