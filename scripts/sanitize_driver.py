@@ -24,10 +24,11 @@ if not torch.cuda.is_available():
 
 # Tails, odd N, strided and misaligned rows, and every launch shape: sub-warp, warp and block groups
 # of register_cached, 32 to 512 threads per block of the others, and cluster's paths: one CTA and
-# clusters of 2 to 16 (resident, staged and direct), the streaming path (past 524288, misaligned rows).
+# clusters of 2 to 16 (resident, staged and direct), the streaming path (past 524288, misaligned rows);
+# grid_split's split path (few rows, one grid barrier) and its persistent path (more rows than SMs / 2).
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(3, 700), Shape(4, 1025), Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
-          Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001)]
+          Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001), Shape(300, 3001, 3005)]
 
 # The other operators: their own edge shapes (vector lengths for vector_add).
 CASES = {"softmax": SHAPES}

@@ -312,3 +312,106 @@ def test_cluster_packed_shapes_refuse_float32():
     for i in packed:
         with pytest.raises(RuntimeError):
             torch.ops.lab_tune.cluster(x, i, 1, True)
+
+
+# --- cuda.grid_split: few long rows over the whole GPU, its register limit, its persistent path ---
+
+
+def grid_split():
+    return cuda_variants.CUDA_VARIANTS["grid_split"]
+
+
+def grid_split_grid() -> int:
+    """The CTAs of its cooperative grid: one per SM (kCtasPerSm, kMaxGrid in grid_split.cu)."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return min(cuda_variants.GRID_SPLIT_MAX_GRID, sms)
+
+
+def grid_split_max_n(m: int) -> int:
+    """The longest row M rows may have: G CTAs per row of 512 threads x 64 elements (G = 1 past grid / 2)."""
+    grid = grid_split_grid()
+    parts = grid // m if m <= grid // 2 else 1
+    return parts * cuda_variants.GRID_SPLIT_THREADS * cuda_variants.GRID_SPLIT_ELEMS
+
+
+def check_grid_split(x: torch.Tensor, labels: list[str] | None = None) -> None:
+    v = grid_split()
+    kernel = kernel_for(v, Shape.of(x), x.dtype)
+    res = check.check(kernel, x, v.writes_out, row_labels=labels)
+    assert res.ok, f"{v.name} {dtype_name(x.dtype)} {Shape.of(x).label}: {res.summary()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", [2**16, 2**16 + 1, 2**17 + 3, 2**18, 2**19 - 1, 2**19, 2**20 - 7, 2**20])
+@pytest.mark.parametrize("m", range(1, 9))
+def test_grid_split_few_long_rows(m, n, dtype):
+    """M = 1..8 rows of 2^16..2^20 (odd N: a partial last pack); shapes past its registers are skipped
+    with the reason (M >= 5 at 2^20 on 132 SMs)."""
+    check_grid_split(inputs.make_input(Shape(m, n), dtype, "cuda"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", [65537, 262147])
+def test_grid_split_special_rows(n, dtype):
+    """-inf entries, an all -inf row, +inf, NaN and 1e4 magnitudes in long rows split over CTAs (10 rows)."""
+    x, labels = inputs.special_input(n, dtype, "cuda")
+    check_grid_split(x, labels)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize(("m", "n", "stride"), [(3, 100003, 100096), (3, 100003, 100011), (2, 262144, 262145),
+                                                (1, 70001, None)])
+def test_grid_split_strides_and_misaligned_rows(m, n, stride, dtype):
+    """Row strides (16-byte aligned, then odd, so rows start misaligned), and a view starting one element in."""
+    if stride is None:
+        x = inputs.make_input(Shape(m, n + 1), dtype, "cuda")[:, 1:]
+    else:
+        x = inputs.make_input(Shape(m, n, stride), dtype, "cuda")
+    check_grid_split(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+def test_grid_split_persistent_path(dtype):
+    """More rows than half the grid: one CTA per row, no grid barrier (and M > grid: CTAs loop over rows)."""
+    grid = grid_split_grid()
+    for m, n in [(grid // 2 + 1, 32768), (grid, 5001), (3 * grid + 7, 32767), (1000, 129)]:
+        check_grid_split(inputs.make_input(Shape(m, n), dtype, "cuda"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+@pytest.mark.parametrize("which", ["M=1", "M=3", "M=grid/2", "M=grid/2+1"])
+def test_grid_split_limit_agrees_with_the_launcher(which, dtype):
+    """Both sides of its register limit: the longest row runs and is right, one element more is refused by
+    the launcher with a clear error, and the registry's rule skips it with the reason."""
+    cuda_variants.load_extension()
+    grid = grid_split_grid()
+    m = {"M=1": 1, "M=3": 3, "M=grid/2": grid // 2, "M=grid/2+1": grid // 2 + 1}[which]
+    limit = grid_split_max_n(m)
+    v = grid_split()
+    assert v.skip_reason(Shape(m, limit), dtype) is None
+    assert "do not fit the registers" in v.skip_reason(Shape(m, limit + 1), dtype)
+    x = inputs.make_input(Shape(m, limit + 1), dtype, "cuda")
+    with pytest.raises(RuntimeError, match=f"lab::grid_split: rows of {limit + 1} elements are beyond this "
+                                           "variant's limit"):
+        torch.ops.lab.grid_split(x)
+    check_grid_split(x[:, :limit])
+
+
+def test_grid_split_concurrent_streams():
+    """Launches on two streams that may overlap take different slots of the partial-state buffer."""
+    v = grid_split()
+    kernel = kernel_for(v, Shape(2, 2**18), torch.float32)
+    xs = [inputs.make_input(Shape(2, 2**18), torch.float32, "cuda", seed) for seed in range(8)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for i, x in enumerate(xs):
+        with torch.cuda.stream(streams[i % 2]):
+            outs.append(kernel(x))
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for x, y in zip(xs, outs, strict=True):
+        res = check.compare(y, SOFTMAX.reference(x), torch.float32)
+        assert res.ok, res.summary()

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import torch
 
+from lab.inputs import Shape
 from lab.registry import Traffic, Unavailable, Variant, register
 
 _LOADED: list[str] = []
@@ -197,6 +198,29 @@ def rebuild_auto_table(results: list) -> None:
         dispatch.install(dispatch.build_table(results, dispatch.current_gpu(), f"this run ({git_commit()})"))
 
 
+# cuda.grid_split's launch (csrc/softmax/grid_split.cu: kThreads, kElems, kCtasPerSm, kMaxGrid): one CTA
+# of 512 threads per SM, each holding at most 64 elements of its slice in registers.
+GRID_SPLIT_THREADS, GRID_SPLIT_ELEMS, GRID_SPLIT_MAX_GRID = 512, 64, 1024
+GRID_SPLIT_DEFAULT_SMS = 132  # the H200's, for the rule on a machine without a GPU
+
+
+def grid_split_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    """The rule its launcher enforces: with a grid of S CTAs (one per SM), a row gets G = S // M CTAs
+    while M <= S // 2 (else 1), and each CTA's slice of ceil(N / K) 16-byte packs must fit its registers."""
+    if shape.m == 0:
+        return None  # nothing is launched
+    sms = (torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+           if torch.cuda.is_available() else GRID_SPLIT_DEFAULT_SMS)
+    grid = min(GRID_SPLIT_MAX_GRID, sms)
+    parts = grid // shape.m if shape.m <= grid // 2 else 1
+    k = 16 // dtype.itemsize  # elements per 16-byte pack
+    slice_packs = ((shape.n + k - 1) // k + parts - 1) // parts
+    if slice_packs <= GRID_SPLIT_THREADS * GRID_SPLIT_ELEMS // k:
+        return None
+    return (f"M = {shape.m} rows of N = {shape.n} do not fit the registers of {grid} CTAs: {parts} CTA(s) per row "
+            f"hold at most {parts * GRID_SPLIT_THREADS * GRID_SPLIT_ELEMS} elements (Limits in grid_split.cu)")
+
+
 def _register(name: str, traffic: Traffic, description: str, operator: str = "softmax",
               torch_name: str | None = None, min_capability: tuple[int, int] | None = None, needs: str = "",
               **limits) -> Variant:
@@ -230,6 +254,10 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
               "persistent with cp.async prefetch: 1 read, 1 write (2 reads past 512K elements)",
               min_capability=(9, 0), needs="thread-block clusters", thresholds=cluster_thresholds),
+    _register("grid_split", Traffic(1, 1),
+              "few long rows spread over every SM: a cooperative grid (one CTA per SM), G = SMs / M CTAs per row, "
+              "slices in registers, partial (max, sum) merged after one grid barrier: 1 read, 1 write",
+              shape_reason=grid_split_reason),
 )}
 # After the variants it dispatches to, so that the runner has timed them at a point before auto.
 AUTO = _register("auto", Traffic(1, 1),
