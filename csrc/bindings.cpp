@@ -4,7 +4,9 @@
 //   softmax:          torch.ops.lab.<name>(Tensor x) -> Tensor
 //   vector_add:       torch.ops.lab.vector_add_<name>(Tensor a, Tensor b) -> Tensor
 //   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
-// and each with an `.out` overload taking `*, Tensor(a!) out`. Softmax is taken over the last
+// and each with an `.out` overload taking `*, Tensor(a!) out` and returning nothing (a custom op
+// that returns an alias of its input cannot be functionalized: torch.compile's AOT dispatch and
+// torch.library.opcheck refuse it). Softmax is taken over the last
 // dimension of a 2-D tensor; torch.ops.lab.softmax is auto, the dispatching entry.
 #include <Python.h>
 
@@ -167,13 +169,13 @@ struct SoftmaxBackward {
 
 #define LAB_DEF_SOFTMAX(name)                                                                       \
   m.def(#name "(Tensor x) -> Tensor");                                                              \
-  m.def(#name ".out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def(#name ".out(Tensor x, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_VECTOR_ADD(name)                                                                    \
   m.def("vector_add_" #name "(Tensor a, Tensor b) -> Tensor");                                      \
-  m.def("vector_add_" #name ".out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("vector_add_" #name ".out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_SOFTMAX_BACKWARD(name)                                                              \
   m.def("softmax_backward_" #name "(Tensor y, Tensor dy) -> Tensor");                               \
-  m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
@@ -188,24 +190,24 @@ TORCH_LIBRARY(lab, m) {
 
 #define LAB_IMPL_SOFTMAX_AS(op, launcher)                                                           \
   m.impl(op, [](const at::Tensor& x) { return lab::Softmax<launcher>::functional(x, op); });         \
-  m.impl(op ".out", [](const at::Tensor& x, at::Tensor& out) -> at::Tensor& {                        \
-    return lab::Softmax<launcher>::with_out(x, out, op);                                            \
+  m.impl(op ".out", [](const at::Tensor& x, at::Tensor& out) {                                        \
+    lab::Softmax<launcher>::with_out(x, out, op);                                                   \
   });
 #define LAB_IMPL_SOFTMAX(name) LAB_IMPL_SOFTMAX_AS(#name, lab::softmax_##name)
 #define LAB_IMPL_VECTOR_ADD(name)                                                                   \
   m.impl("vector_add_" #name, [](const at::Tensor& a, const at::Tensor& b) {                         \
     return lab::VectorAdd<lab::vector_add_##name>::functional(a, b, "vector_add_" #name);            \
   });                                                                                               \
-  m.impl("vector_add_" #name ".out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) -> at::Tensor& { \
-    return lab::VectorAdd<lab::vector_add_##name>::with_out(a, b, out, "vector_add_" #name);         \
+  m.impl("vector_add_" #name ".out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
+    lab::VectorAdd<lab::vector_add_##name>::with_out(a, b, out, "vector_add_" #name);                \
   });
 #define LAB_IMPL_SOFTMAX_BACKWARD(name)                                                             \
   m.impl("softmax_backward_" #name, [](const at::Tensor& y, const at::Tensor& dy) {                  \
     return lab::SoftmaxBackward<lab::softmax_backward_##name>::functional(y, dy, "softmax_backward_" #name); \
   });                                                                                               \
   m.impl("softmax_backward_" #name ".out",                                                          \
-         [](const at::Tensor& y, const at::Tensor& dy, at::Tensor& out) -> at::Tensor& {             \
-           return lab::SoftmaxBackward<lab::softmax_backward_##name>::with_out(y, dy, out,          \
+         [](const at::Tensor& y, const at::Tensor& dy, at::Tensor& out) {                            \
+           lab::SoftmaxBackward<lab::softmax_backward_##name>::with_out(y, dy, out,                 \
                                                                                 "softmax_backward_" #name); \
          });
 #ifdef LAB_HAS_SOFTMAX

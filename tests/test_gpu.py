@@ -127,13 +127,12 @@ def test_bad_inputs_raise_clearly(v, make, cuda_error, triton_error, words):
 
 
 @pytest.mark.parametrize("name", CUDA_NAMES)
-def test_cuda_op_out_returns_out(name):
+def test_cuda_op_out_writes_out(name):
     cuda_variants.load_extension()
     op = getattr(torch.ops.lab, name)
     x = torch.randn(5, 300, device="cuda")
     out = torch.full_like(x, math.nan)
-    y = op.out(x, out=out)
-    assert y.data_ptr() == out.data_ptr()
+    assert op.out(x, out=out) is None  # the schema returns nothing (see csrc/bindings.cpp)
     assert check.compare(out, SOFTMAX.reference(x), torch.float32).ok
 
 

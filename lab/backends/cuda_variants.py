@@ -31,8 +31,8 @@ def load_extension() -> None:
         torch.library.register_fake(f"lab::{name}")(
             lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
         )
-        # The .out overload writes into `out` and returns it (opcheck's fake-tensor test needs this one too).
-        torch.library.register_fake(f"lab::{name}.out")(lambda *inputs, out: out)
+        # The .out overload writes into `out` and returns nothing (opcheck's fake-tensor test needs it too).
+        torch.library.register_fake(f"lab::{name}.out")(lambda *inputs, out: None)
         if name in differentiable:
             # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
             torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
@@ -131,7 +131,8 @@ def op_kernel(name: str, min_capability: tuple[int, int] | None = None, needs: s
             """kernel(*operator inputs) or kernel(*operator inputs, out)."""
             if len(inputs) > arity:
                 *args, out = inputs
-                return with_out(*args, out=out)
+                with_out(*args, out=out)  # returns nothing (see csrc/bindings.cpp)
+                return out
             return functional(*inputs)
 
         arity = len(functional._schema.arguments)
