@@ -72,7 +72,7 @@ sanitize() {
 }
 
 # "variant MxN dtype" triples separated by ';'
-PROFILE=${PROFILE:-"cuda.register_cached 131072x512 bfloat16;cuda.register_cached 16384x4096 bfloat16;cuda.register_cached 4096x16384 bfloat16;cuda.register_cached 2097152x32 bfloat16;cuda.register_cached 131072x512 float32"}
+PROFILE=${PROFILE-"cuda.register_cached 131072x512 bfloat16;cuda.register_cached 16384x4096 bfloat16;cuda.register_cached 4096x16384 bfloat16;cuda.register_cached 2097152x32 bfloat16;cuda.register_cached 131072x512 float32"}
 
 tune() {
   { rc=0
