@@ -136,13 +136,12 @@ def run_case(v: Variant, case: Case, x: torch.Tensor, ref: torch.Tensor, op) -> 
     if not res.ok:
         return res.summary()
     if case.index % 10 == 0 and case.dtype == "float32" and case.m and math.isfinite(x.float().abs().sum()):
-        return gradient_mismatch(v, x, ref, seed=case.seed * 1_000_003 + case.index)
+        return gradient_mismatch(v, x, seed=case.seed * 1_000_003 + case.index)
     return None
 
 
-def gradient_mismatch(v: Variant, x: torch.Tensor, y64: torch.Tensor, seed: int) -> str | None:
-    """The variant's gradient for an upstream dy drawn from `seed` (so a failure's command redraws it);
-    y64 is the forward's float64 reference, softmax(x)."""
+def gradient_mismatch(v: Variant, x: torch.Tensor, seed: int) -> str | None:
+    """The variant's gradient for an upstream dy drawn from `seed` (so a failure's command redraws it)."""
     xg = x.detach().clone().requires_grad_()
     try:
         y = v.kernel()(xg)
@@ -154,11 +153,12 @@ def gradient_mismatch(v: Variant, x: torch.Tensor, y64: torch.Tensor, seed: int)
     dy = torch.randn(y.shape, dtype=y.dtype, generator=g).to(y.device)
     y.backward(dy)
     backward = operators.get("softmax_backward")
-    # Every softmax's backward is handed its forward's output as the dtype holds it (the forward's own error
-    # is checked against float64 before this): the exact gradient of that rounded y is the reference. From
-    # the unrounded y, a y among the subnormals (up to half its value off once rounded) would fail
-    # torch.softmax too.
-    y_held = y64.to(x.dtype).double()
+    # A softmax's backward works on its forward's output y as the variant returned it (the forward's own
+    # error is checked against float64 before this): the exact gradient of that y is the reference. From
+    # the float64 y, or from it rounded to the dtype, a subnormal y_i that the forward's tolerance allows a
+    # few units in the last place off (atol scales with the row's largest y) carries that relative error
+    # into dx_i, and torch.softmax fails too (case 31490, float32 219327x4: 1.3x the tolerance).
+    y_held = y.detach().double()
     res = check.compare(xg.grad, backward.reference(y_held, dy), x.dtype, None,
                         backward.tolerances_for(x.device), backward.error_scale(y_held, dy))
     return None if res.ok else "FAIL (gradient): " + res.summary()

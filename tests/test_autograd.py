@@ -148,7 +148,7 @@ def test_naive_composition_gradient_on_a_long_row_of_near_equal_values():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 32767, generator=g) * torch.finfo(torch.float32).tiny
     for v in variants("softmax", patterns=["torch.naive", "torch.jit_naive"]):
-        assert fuzz.gradient_mismatch(v, x, torch.softmax(x.double(), -1), seed=5) is None, v.name
+        assert fuzz.gradient_mismatch(v, x, seed=5) is None, v.name
 
 
 def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():

@@ -157,8 +157,12 @@ def test_a_case_no_selected_variant_takes_makes_no_input(monkeypatch):
     assert made and all(c.n <= 50 for c in made)
 
 
-def test_a_gradient_among_the_subnormals_is_judged_from_y_as_the_dtype_holds_it():
+@pytest.mark.parametrize("case", ["15890", "31490"])
+def test_a_gradient_among_the_subnormals_is_judged_from_the_variants_own_y(case):
     """Case 15890 (44145 x 8 float32, values up to +-1000): probabilities of 1e-45 hold one or two subnormal
     units, so the gradient of any softmax (torch's included) is off by units from the backward of the
-    unrounded y; against the backward of y as float32 holds it, it agrees."""
-    assert fuzz.main(["--seed", "0", "--case", "15890", "--only", "torch.softmax", "--max-elements", "4194304"]) == 0
+    unrounded y. Case 31490 (219327 x 4 float32, wide uniform): a y of 3e-41 that the forward returns a few
+    units off (within its tolerance, which scales with the row's largest y) fails the backward of y
+    rounded to float32 as well (torch.softmax 1.3x, the CUDA ops 2.1x the tolerance on the H200). Against
+    the exact backward of the y the variant returned, both agree."""
+    assert fuzz.main(["--seed", "0", "--case", case, "--only", "torch.softmax", "--max-elements", "4194304"]) == 0
