@@ -15,7 +15,9 @@
 #                                 four sanitizers, citizenship, bad input: $OUT/h200/trust.md, trust.json.
 #                                 It does not fit one 10-minute call: run `fuzz` (split with --cases 5000
 #                                 and --start 5000 if it must be), commit the JSONs, then `trust --fuzz-json
-#                                 <committed JSONs> --skip-sanitizers`, then `sanitize`.
+#                                 <committed JSONs> --skip-sanitizers`, then `sanitize`; merge its checks.txt
+#                                 header and tool lines here with `python scripts/trust.py --refuzz --fuzz-json
+#                                 <JSONs> --sanitizer-summary <file>` (results/h200/trust/README.md).
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are

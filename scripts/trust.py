@@ -163,13 +163,24 @@ def large_tensors() -> dict:
 def sanitizers() -> dict:
     proc = subprocess.run(["bash", "scripts/sanitize.sh", "build/sanitizer"], cwd=ROOT, capture_output=True,
                           text=True)
+    return parse_sanitizers(proc.stdout, proc.returncode)
+
+
+def parse_sanitizers(text: str, returncode: int | None = None) -> dict:
+    """The per-tool lines of scripts/sanitize.sh's output (`compute-sanitizer --tool T (exit E): SUMMARY`);
+    without a return code (a saved summary), the run failed if a tool exited non-zero or reported errors."""
     tools = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         if m := re.match(r"compute-sanitizer --tool (\w+) \(exit (\d+)\): (.*)", line):
             errors = re.search(r"(\d+) (errors|hazards)", m.group(3))
             tools[m.group(1)] = {"exit": int(m.group(2)), "summary": m.group(3).strip(),
                                  "errors": int(errors.group(1)) if errors else None}
-    return {"returncode": proc.returncode, "tools": tools}
+    if returncode is None:
+        returncode = int(not tools or any(t["exit"] or t["errors"] != 0 for t in tools.values()))
+    data = {"returncode": returncode, "tools": tools}
+    if m := re.search(r"commit=(\w+)", text):
+        data["commit"] = m.group(1)
+    return data
 
 
 def merge_fuzz(parts: list[dict]) -> dict:
@@ -211,7 +222,11 @@ def write_markdown(data: dict, path: Path) -> None:
     md += ["", "## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}: "
            f"`{data['large']['command']}`: {data['large']['summary']}", ""]
     if "sanitizers" in data:
-        md += ["## compute-sanitizer over every CUDA variant", "", "| tool | errors | summary |", "|---|---|---|",
+        san = data["sanitizers"]
+        md += ["## compute-sanitizer over every CUDA variant", "",
+               *([f"Run separately (`bash scripts/h200.sh sanitize`) at commit `{san['commit']}`.", ""]
+                 if san.get("separate") else []),
+               "| tool | errors | summary |", "|---|---|---|",
                *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
     for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs")):
         table = data[key]
@@ -238,15 +253,24 @@ def main() -> int:
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
                    "OUT/trust.json with the parts given by --fuzz-json (a part run later) and rewrite trust.md")
+    p.add_argument("--sanitizer-summary", type=Path, help="with --refuzz: take section 3 from the saved output of "
+                   "a separate `bash scripts/h200.sh sanitize` run (its checks.txt header names the commit)")
     args = p.parse_args()
+    if args.sanitizer_summary and not args.refuzz:
+        sys.exit("trust: --sanitizer-summary goes with --refuzz (a GPU run runs the sanitizers itself)")
     if args.refuzz:
         if not args.fuzz_json:
             sys.exit("trust: --refuzz needs --fuzz-json")
         data = json.loads((args.out / "trust.json").read_text())
         data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
+        if args.sanitizer_summary:
+            data["sanitizers"] = {**parse_sanitizers(args.sanitizer_summary.read_text()), "separate": True}
+            if not data["sanitizers"]["tools"]:
+                sys.exit(f"trust: no `compute-sanitizer --tool` line in {args.sanitizer_summary}")
         (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
         write_markdown(data, args.out / "trust.md")
-        print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json)} fuzz parts")
+        print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json)} fuzz parts"
+              + (f" and the sanitizers of {args.sanitizer_summary}" if args.sanitizer_summary else ""))
         return 0
     quiet_third_party()
     if not torch.cuda.is_available():

@@ -81,3 +81,17 @@ def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path)
     md = (tmp_path / "trust.md").read_text()
     assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999" in md
     assert json.loads((tmp_path / "trust.json").read_text())["fuzz"]["cases"] == 1000
+
+
+def test_a_separate_sanitizer_run_is_merged_and_its_errors_count():
+    text = ("== Sun Nov 22 mode=sanitize commit=165481a\n== compute-sanitizer\n"
+            "compute-sanitizer --tool memcheck (exit 0): ========= ERROR SUMMARY: 0 errors\n"
+            "  softmax cuda.cluster: ran 48 shape and dtype cases\n"
+            "compute-sanitizer --tool racecheck (exit 0): ========= RACECHECK SUMMARY: 0 hazards displayed "
+            "(0 errors, 0 warnings)\n")
+    clean = trust.parse_sanitizers(text)
+    assert clean["returncode"] == 0 and clean["commit"] == "165481a"
+    assert {t: r["errors"] for t, r in clean["tools"].items()} == {"memcheck": 0, "racecheck": 0}
+    dirty = trust.parse_sanitizers(text.replace("SUMMARY: 0 errors", "SUMMARY: 3 errors"))
+    assert dirty["returncode"] == 1 and dirty["tools"]["memcheck"]["errors"] == 3
+    assert trust.parse_sanitizers("nothing here")["returncode"] == 1
