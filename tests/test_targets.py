@@ -35,6 +35,7 @@ def test_counts_and_weakest(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "auto >= 95% of the copy: 1 of 2 fixed-sweep points" in out
     assert "auto >= every other variant: 1 of 3 points (1 more within 1%)" in out
+    assert "auto >= each of the peers, torch.softmax and torch.compile: 1 of 3 points (1 more within 1%)" in out
     assert out.index("fixed bfloat16 4096x4096: 3000 GB/s, 80.0% of the copy, 0.833x peer.quack") < out.index(
         "tutorial bfloat16 4096x512")
     assert (tmp_path / "t.md").read_text().startswith("# cuda.auto against its targets")
