@@ -34,8 +34,26 @@ def test_counts_and_weakest(tmp_path, capsys):
     targets.main()
     out = capsys.readouterr().out
     assert "auto >= 95% of the copy: 1 of 2 fixed-sweep points" in out
-    assert "auto >= every other variant: 1 of 3 points (1 more within 1%)" in out
-    assert "auto >= each of the peers, torch.softmax and torch.compile: 1 of 3 points (1 more within 1%)" in out
+    assert "auto >= every other variant: 1 of 3 points (1 more within 1%, not re-measured)" in out
+    assert ("auto >= each of the peers, torch.softmax and torch.compile: 1 of 3 points "
+            "(1 more within 1%, not re-measured)") in out
     assert out.index("fixed bfloat16 4096x4096: 3000 GB/s, 80.0% of the copy, 0.833x peer.quack") < out.index(
         "tutorial bfloat16 4096x512")
     assert (tmp_path / "t.md").read_text().startswith("# cuda.auto against its targets")
+
+
+def test_a_near_tie_is_decided_by_the_median_of_the_re_measures(tmp_path, capsys):
+    run = [record("fixed", "cuda.auto", 1024, 3960, 95.0), record("fixed", "peer.quack", 1024, 4000, 96.0)]
+    rows = targets.points(run)
+    assert 0.99 <= rows[0]["ratio"] < 1.0
+    again = [[{**record("custom", "cuda.auto", 1024, a, 95.0)}, {**record("custom", "peer.quack", 1024, q, 95.0)}]
+             for a, q in ((4010, 4000), (3990, 4005), (4020, 3995))]  # medians: auto 4010, quack 4000
+    lines = targets.remeasure(rows, again)
+    assert rows[0]["ratio_remeasured"] == 4010 / 4000 and targets.counted(rows[0], "ratio")
+    assert any("median of 3 re-measures: auto 4010 GB/s, peer.quack 4000: 1.002 (ahead)" in line for line in lines)
+    text = targets.report(rows, "cmd", lines)
+    assert "auto >= every other variant: 1 of 1 points (0 more within 1%)" in text
+    behind = targets.points(run)
+    targets.remeasure(behind, [[record("custom", "cuda.auto", 1024, 3900, 95.0),
+                                record("custom", "peer.quack", 1024, 4000, 95.0)]])
+    assert not targets.counted(behind[0], "ratio")
