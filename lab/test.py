@@ -76,6 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also write the results as JSON to FILE")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    args.command = "python -m lab.test " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
     except ValueError as e:
@@ -353,7 +354,7 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
 
     out.mkdir(parents=True, exist_ok=True)
     extra = {
-        "command": "python -m lab.test " + " ".join(sys.argv[1:]),
+        "command": args.command,
         "operator": op.name,
         "tolerances": check.describe_tolerances(op.tolerances),
         "unavailable": {v.name: reason for v, reason in absent},
@@ -519,6 +520,19 @@ def explain(shape: inputs.Shape, dtype_names: list[str] | None) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def flags_hidden_from_libraries():
+    """sys.argv without the lab's flags while the variants run: a library that parses the command line
+    itself would take them for its own (QuACK's CuTe DSL parses sys.argv at every compile for its
+    `-diagnostic` flag, which `-d float32` abbreviates: the run failed with "invalid choice")."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_third_party()
     args = parse_args(argv)
@@ -538,8 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     ops = list(OPERATORS.values()) if args.op == "all" else [OPERATORS[args.op]]
     ALL_RESULTS.clear()
     status = 0
-    for op in ops:
-        status |= run_operator(op, args, device, env)
+    with flags_hidden_from_libraries():
+        for op in ops:
+            status |= run_operator(op, args, device, env)
     if args.json:
         report.write_json(ALL_RESULTS, env, {}, args.json)
         log(f"wrote {args.json}")

@@ -156,3 +156,31 @@ def test_nvidia_smi_fields_are_parsed(tmp_path, monkeypatch):
         "clocks.sm after run": "1980 MHz", "clocks.mem after run": "3201 MHz", "temperature.gpu after run": "47"}
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert env.nvidia_smi("clocks.sm") == {}
+
+
+def test_a_library_that_parses_the_command_line_does_not_see_the_labs_flags(monkeypatch):
+    """QuACK's CuTe DSL parses sys.argv at every compile for its own `-diagnostic` flag, which the lab's
+    `-d float32` abbreviates: with the peers installed, `python -m lab.test -d float32` failed. The lab
+    hides its flags from the libraries while the variants run."""
+    import argparse
+
+    import torch
+
+    from lab import registry, test
+    from lab.registry import Traffic, Variant, register
+
+    def like_cute_dsl(x):
+        p = argparse.ArgumentParser()
+        p.add_argument("-diagnostic", nargs="?", const="all", choices=["all", "fail"])
+        p.parse_known_args()  # exits with "invalid choice" if it sees `-d float32`
+        return torch.softmax(x, -1)
+
+    planted = register(Variant(op="softmax", name="torch.parses_argv", backend="torch", description="planted",
+                               build=lambda: like_cute_dsl, traffic=Traffic(1, 1), runs_on_cpu=True))
+    argv = ["--only", planted.name, "-d", "float32", "--check-only"]
+    monkeypatch.setattr(sys, "argv", ["lab/test.py", *argv])
+    try:
+        assert test.main(argv) == 0
+    finally:
+        del registry._REGISTRY[planted.key]
+    assert sys.argv == ["lab/test.py", *argv]
