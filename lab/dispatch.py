@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from lab.env import ROOT
+from lab.registry import variants
 
 AUTO = "cuda.auto"
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
@@ -38,12 +39,15 @@ def gpu_slug(name: str) -> str:
 
 def build_table(results: Iterable, gpu: str, source: str) -> dict:
     """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
-    records or their dicts)."""
+    records or their dicts). A variant whose limits depend on more than the row length (a shape_reason:
+    cuda.grid_split's depend on M) never enters: the table's rule lets an entry cover more rows than were
+    measured (the last entry of a row length takes any more), and shorter rows."""
     best: dict[tuple[str, int, int], tuple[float, str]] = {}
+    barred = {v.name for v in variants("softmax", backends=["cuda"]) if v.shape_reason is not None}
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
         if (r.get("op", "softmax") != "softmax" or r["backend"] != "cuda" or r["variant"] == AUTO
-                or r["status"] != "ok" or not r.get("gbps")):
+                or r["variant"] in barred or r["status"] != "ok" or not r.get("gbps")):
             continue
         key = (r["dtype"], r["n"], r["m"])
         if key not in best or r["gbps"] > best[key][0]:
