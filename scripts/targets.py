@@ -107,8 +107,9 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
               f"{', not re-measured' if within else ''})",
               f"- auto >= each of the peers, torch.softmax and torch.compile: {ahead_outside} of {len(vs_outside)} "
               f"points ({within_outside} more within 1%{', not re-measured' if within_outside else ''})",
-              *(["- near ties re-measured three times, the median of medians deciding:", *remeasured]
-                if remeasured else []),
+              *(["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
+                 "points where auto trails by less than 1%; where it leads by less, the run's count stands):",
+                 *remeasured] if remeasured else []),
               "- auto's five weakest points (ratio to the fastest other variant):"]
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
               f"the copy, {r['ratio']:.3f}x {r['best_other']}" for r in weakest]
