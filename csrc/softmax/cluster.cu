@@ -178,15 +178,6 @@ __device__ __forceinline__ void exchange_init(Exchange& ex, cg::cluster_group& c
   cluster.sync();
 }
 
-// The warp's state from its threads' states, taking the max first so that each thread's sum is
-// rescaled by a single exponential. A state whose max is -inf holds only -inf (d = 0) or a NaN
-// (d = NaN): its d is added as it is, since exp(-inf - -inf) would turn a 0 into NaN.
-__device__ __forceinline__ MaxSum warp_state(MaxSum s) {
-  const float m = warp_allreduce(s.m, MaxOp{});
-  const float term = s.m == -CUDART_INF_F ? s.d : s.d * __expf(s.m - m);
-  return {m, warp_allreduce(term, SumOp{})};
-}
-
 // The row's state from this thread's state: warp reduction, exchange, merge. `row_index` counts
 // the rows this CTA has done (it picks the slot set and the mbarrier phase).
 template <int WARPS>

@@ -72,15 +72,6 @@ constexpr int kSlots = 8;
 __device__ float2 g_partials[kSlots * kMaxGrid];
 std::atomic<unsigned> next_slot{0};
 
-// The warp's state from its threads' states, taking the max first so that each thread's sum is
-// rescaled by a single exponential. A state whose max is -inf holds only -inf (d = 0) or a NaN
-// (d = NaN): its d is added as it is, since exp(-inf - -inf) would turn a 0 into NaN.
-__device__ __forceinline__ MaxSum warp_state(MaxSum s) {
-  const float m = warp_allreduce(s.m, MaxOp{});
-  const float term = s.m == -CUDART_INF_F ? s.d : s.d * __expf(s.m - m);
-  return {m, warp_allreduce(term, SumOp{})};
-}
-
 // The CTA's state from this thread's: warp states in shared memory, one barrier, every warp merges
 // them. Two slot sets alternate by `parity` (the row loop's), so one barrier per row is enough: a
 // warp writes a set again only after the next row's barrier, which every warp reaches after it

@@ -52,4 +52,13 @@ __device__ __forceinline__ MaxSum absorb(MaxSum s, const float (&v)[K]) {
   return {m, d};
 }
 
+// The warp's state from its threads' states, taking the max first so that each thread's sum is
+// rescaled by a single exponential. A state whose max is -inf holds only -inf (d = 0) or a NaN
+// (d = NaN): its d is added as it is, since exp(-inf - -inf) would turn a 0 into NaN.
+__device__ __forceinline__ MaxSum warp_state(MaxSum s) {
+  const float m = warp_allreduce(s.m, MaxOp{});
+  const float term = s.m == -CUDART_INF_F ? s.d : s.d * __expf(s.m - m);
+  return {m, warp_allreduce(term, SumOp{})};
+}
+
 }  // namespace lab
