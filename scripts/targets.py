@@ -24,12 +24,15 @@ OUTSIDE = ("peer.", "torch.softmax", "torch.compile")
 COPY_TARGET = 95.0  # percent of the copy at every fixed-sweep point
 
 
+def timed(results: list[dict]) -> list[dict]:
+    """The softmax records that passed their check and were timed."""
+    return [r for r in results if r.get("op", "softmax") == "softmax" and r["status"] == "ok" and r.get("gbps")]
+
+
 def points(results: list[dict]) -> list[dict]:
     """One row per (sweep, dtype, M, N) where auto and at least one other variant were timed."""
     by_point: dict[tuple, dict[str, dict]] = {}
-    for r in results:
-        if r.get("op", "softmax") != "softmax" or r["status"] != "ok" or not r.get("gbps"):
-            continue
+    for r in timed(results):
         by_point.setdefault((r["sweep"], r["dtype"], r["m"], r["n"]), {})[r["variant"]] = r
     rows = []
     for (sweep, dtype, m, n), variants in sorted(by_point.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3])):
@@ -58,9 +61,8 @@ def remeasure(rows: list[dict], runs: list[list[dict]]) -> list[str]:
     `ratio_outside_remeasured`. Returns the lines that say what each re-measure found."""
     gbps: dict[tuple, dict[str, list[float]]] = {}
     for results in runs:
-        for r in results:
-            if r.get("op", "softmax") == "softmax" and r["status"] == "ok" and r.get("gbps"):
-                gbps.setdefault((r["dtype"], r["m"], r["n"]), {}).setdefault(r["variant"], []).append(r["gbps"])
+        for r in timed(results):
+            gbps.setdefault((r["dtype"], r["m"], r["n"]), {}).setdefault(r["variant"], []).append(r["gbps"])
     lines = []
     for row in rows:
         got = gbps.get((row["dtype"], row["m"], row["n"]))
@@ -88,6 +90,14 @@ def counted(row: dict, key: str) -> bool:
     return row.get(key + "_remeasured", row.get(key, 0.0)) >= 1.0
 
 
+def tally(rows: list[dict], key: str) -> tuple[int, int, int]:
+    """(points where auto is at least as fast, near ties left un-re-measured, points compared) by `key`."""
+    compared = [r for r in rows if key in r]
+    ahead = sum(counted(r, key) for r in compared)
+    within = sum(0.99 <= r[key] < 1.0 and key + "_remeasured" not in r for r in compared)
+    return ahead, within, len(compared)
+
+
 def report(rows: list[dict], command: str, remeasured: list[str] | None = None) -> str:
     lines = ["| sweep | dtype | M x N | auto GB/s | % of copy | fastest other | its GB/s | auto / it |",
              "|---|---|---|---:|---:|---|---:|---:|"]
@@ -96,21 +106,18 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
                      f"| {r['best_other']} | {r['best_other_gbps']:.0f} | {r['ratio']:.3f} |")
     fixed = [r for r in rows if r["sweep"] == "fixed"]
     at_copy = sum(r["pct_copy"] >= COPY_TARGET for r in fixed)
-    ahead = sum(counted(r, "ratio") for r in rows)
-    within = sum(0.99 <= r["ratio"] < 1.0 and "ratio_remeasured" not in r for r in rows)
     weakest = sorted(rows, key=lambda r: r["ratio"])[:5]
-    vs_outside = [r for r in rows if "ratio_outside" in r]
-    ahead_outside = sum(counted(r, "ratio_outside") for r in vs_outside)
-    within_outside = sum(0.99 <= r["ratio_outside"] < 1.0 and "ratio_outside_remeasured" not in r for r in vs_outside)
-    lines += ["", f"- auto >= {COPY_TARGET:.0f}% of the copy: {at_copy} of {len(fixed)} fixed-sweep points",
-              f"- auto >= every other variant: {ahead} of {len(rows)} points ({within} more within 1%"
-              f"{', not re-measured' if within else ''})",
-              f"- auto >= each of the peers, torch.softmax and torch.compile: {ahead_outside} of {len(vs_outside)} "
-              f"points ({within_outside} more within 1%{', not re-measured' if within_outside else ''})",
-              *(["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
-                 "points where auto trails by less than 1%; where it leads by less, the run's count stands):",
-                 *remeasured] if remeasured else []),
-              "- auto's five weakest points (ratio to the fastest other variant):"]
+    lines += ["", f"- auto >= {COPY_TARGET:.0f}% of the copy: {at_copy} of {len(fixed)} fixed-sweep points"]
+    for key, against in (("ratio", "every other variant"),
+                         ("ratio_outside", "each of the peers, torch.softmax and torch.compile")):
+        ahead, within, compared = tally(rows, key)
+        lines.append(f"- auto >= {against}: {ahead} of {compared} points ({within} more within 1%"
+                     f"{', not re-measured' if within else ''})")
+    if remeasured:
+        lines += ["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
+                  "points where auto trails by less than 1%; where it leads by less, the run's count stands):",
+                  *remeasured]
+    lines.append("- auto's five weakest points (ratio to the fastest other variant):")
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
               f"the copy, {r['ratio']:.3f}x {r['best_other']}" for r in weakest]
     lines += ["", f"Results of: `{command}`"]
