@@ -417,11 +417,14 @@ def test_grid_split_limit_agrees_with_the_launcher(which, dtype):
     check_grid_split(x[:, :limit])
 
 
-def test_grid_split_concurrent_streams():
-    """Launches on two streams that may overlap take different slots of the partial-state buffer."""
+@pytest.mark.parametrize("launches", [8, 40])
+def test_grid_split_concurrent_streams(launches):
+    """Launches on two streams that may overlap each get their own partial-state scratch: 40 alternating
+    launches (more than the 8 static buffers the launcher once cycled through, which let a launch on one
+    stream overwrite the states of a grid still draining on the other)."""
     v = grid_split()
     kernel = kernel_for(v, Shape(2, 2**18), torch.float32)
-    xs = [inputs.make_input(Shape(2, 2**18), torch.float32, "cuda", seed) for seed in range(8)]
+    xs = [inputs.make_input(Shape(2, 2**18), torch.float32, "cuda", seed) for seed in range(launches)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())

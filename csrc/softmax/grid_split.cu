@@ -15,17 +15,12 @@
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
 // Launch: cudaLaunchKernelEx with cudaLaunchAttributeCooperative. The grid is kCtasPerSm CTAs per
 // SM (the occupancy calculator must allow that many, else the launcher refuses with
-// cudaErrorCooperativeLaunchTooLarge), at most kMaxGrid. The partial states live in a static
-// device buffer of kSlots x kMaxGrid states; consecutive launches take consecutive slots, so that
-// launches on different streams that overlap in time do not share one (kSlots launches overlapping
-// at once would: each grid takes every SM, so two can overlap only while one drains).
-// Known defect (found in review, not yet fixed): a slot is taken when the host enqueues the launch,
-// not when the grid runs. With kSlots or more launches queued on one stream, a launch on another
-// stream can get the slot of a grid that is still draining (its last CTAs reading the partial
-// states after the barrier) and overwrite them; a CUDA graph keeps the slot it was captured with, so
-// one graph replayed on two streams at once shares a slot. Either gives wrong rows. The fix is
-// scratch memory from the caller's stream-ordered allocator. cuda.auto never dispatches here
-// (lab/dispatch.py keeps variants with shape-dependent limits out of its table).
+// cudaErrorCooperativeLaunchTooLarge), at most kMaxGrid. The partial states live in scratch memory
+// taken from the CUDA runtime's stream-ordered allocator for each launch (cudaMallocAsync before it,
+// cudaFreeAsync after it, on its stream): a launch on another stream can only reuse that memory once
+// the free has run, i.e. once this grid has finished; a CUDA graph captures the pair as its own
+// allocation. (Until 2026-11-22 they lived in a ring of 8 static buffers taken in launch order, which
+// let a launch on another stream overwrite the states of a grid still draining.)
 // Limits: the slice of each CTA must fit its registers: ceil(ceil(N / K) / G) <= 512 x 64 / K
 // packs (K = 4 elements per pack in float32, 8 in 16-bit types), i.e. N <= G x 32768 (about 4.3M
 // elements for M = 1 on 132 SMs, 2^20 for M <= 4, 2^19 for M <= 8; N <= 32768 once M > S / 2).
@@ -41,7 +36,6 @@
 // 1654 / 564, 8 x 524288 1817 / 1438, 1 x 1048576 605 / 409; behind it where rows are many or short
 // (4 x 262144 705 / 776, 1 x 65536 42 / 75; the fixed sweep's 4096 x 16384 bfloat16 34% of a copy).
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -65,12 +59,7 @@ constexpr int kElems = 64;  // float32 registers of row data per thread
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kCtasPerSm = 1;  // 512 threads x up to 128 registers: the whole register file of an SM
 constexpr int kMaxGrid = 1024;
-constexpr int kSlots = 8;
 
-// The partial states (m, d) of the CTAs of the split path: [slot][CTA]. Launches of every dtype
-// take their slot from one counter.
-__device__ float2 g_partials[kSlots * kMaxGrid];
-std::atomic<unsigned> next_slot{0};
 
 // The CTA's state from this thread's: warp states in shared memory, one barrier, every warp merges
 // them. Two slot sets alternate by `parity` (the row loop's), so one barrier per row is enough: a
@@ -223,9 +212,10 @@ cudaError_t launch(const RowsArgs& a, cudaStream_t stream) {
   int cooperative = 0;
   LAB_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
   if (!cooperative) return cudaErrorNotSupported;
-  void* base = nullptr;
-  LAB_CUDA_TRY(cudaGetSymbolAddress(&base, g_partials));
-  float2* partials = static_cast<float2*>(base) + (next_slot.fetch_add(1) % kSlots) * kMaxGrid;
+  // Stream-ordered scratch for the CTAs' partial states (see the header).
+  float2* partials = nullptr;
+  LAB_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&partials),
+                               sizeof(float2) * static_cast<size_t>(a.rows * parts), stream));
 
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeCooperative;
@@ -237,9 +227,11 @@ cudaError_t launch(const RowsArgs& a, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = &attr;
   config.numAttrs = 1;
-  LAB_CUDA_TRY(cudaLaunchKernelEx(&config, split, x, y, a.rows, cols, a.x_row_stride, a.y_row_stride,
-                                  static_cast<int>(parts), static_cast<int>(slice_packs), partials));
-  return cudaSuccess;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, split, x, y, a.rows, cols, a.x_row_stride,
+                                                  a.y_row_stride, static_cast<int>(parts),
+                                                  static_cast<int>(slice_packs), partials);
+  const cudaError_t freed = cudaFreeAsync(partials, stream);  // after the grid, in stream order
+  return launched != cudaSuccess ? launched : freed;
 }
 
 }  // namespace
