@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from lab.env import ROOT
+from lab.registry import variants
 
 AUTO = "cuda.auto"
 LAB = "lab.auto"  # the variant that times lab.softmax
@@ -47,12 +48,16 @@ def gpu_slug(name: str) -> str:
 
 def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[str, list[list]]:
     """Per dtype, [N, M, variant, GB/s] of the fastest variant of `backends` (not the entries themselves)
-    at every (dtype, N, M) timed in `results`, sorted by (N, M)."""
+    at every (dtype, N, M) timed in `results`, sorted by (N, M). A variant whose limits depend on more
+    than the row length (a shape_reason: cuda.grid_split's depend on M) never enters: the table's rule
+    lets an entry cover more rows than were measured (the last entry of a row length takes any more),
+    and shorter rows."""
     best: dict[tuple[str, int, int], tuple[float, str]] = {}
+    barred = {v.name for v in variants("softmax", backends=list(backends)) if v.shape_reason is not None}
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
         if (r.get("op", "softmax") != "softmax" or r["backend"] not in backends or r["variant"] in (AUTO, LAB)
-                or r["status"] != "ok" or not r.get("gbps")):
+                or r["variant"] in barred or r["status"] != "ok" or not r.get("gbps")):
             continue
         key = (r["dtype"], r["n"], r["m"])
         if key not in best or r["gbps"] > best[key][0]:

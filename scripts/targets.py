@@ -25,7 +25,7 @@ COPY_TARGET = 95.0  # percent of the copy at every fixed-sweep point
 
 
 def points(results: list[dict]) -> list[dict]:
-    """One row per (sweep, dtype, M, N) where auto was timed."""
+    """One row per (sweep, dtype, M, N) where auto and at least one other variant were timed."""
     by_point: dict[tuple, dict[str, dict]] = {}
     for r in results:
         if r.get("op", "softmax") != "softmax" or r["status"] != "ok" or not r.get("gbps"):
@@ -37,6 +37,8 @@ def points(results: list[dict]) -> list[dict]:
             continue
         auto = variants[AUTO]
         others = {v: r for v, r in variants.items() if v != AUTO}
+        if not others:
+            continue  # nothing to compare with (a run of auto alone)
         best_name, best = max(others.items(), key=lambda kv: kv[1]["gbps"])
         outside = {v: r for v, r in others.items() if v.startswith(OUTSIDE)}
         row = {"sweep": sweep, "dtype": dtype, "m": m, "n": n, "auto_gbps": auto["gbps"],

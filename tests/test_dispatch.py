@@ -35,6 +35,16 @@ def test_build_table_keeps_the_fastest_cuda_variant_per_point():
                                             [65536, 4096, "online", 3950]]}
 
 
+def test_a_variant_whose_limits_depend_on_m_never_enters_the_table():
+    """cuda.grid_split's row limit depends on M (G = SMs / M CTAs per row): an entry measured at 8 rows would
+    also cover 4096 rows, which it refuses. The next fastest CUDA variant takes the point."""
+    records = [*RECORDS, record("cuda.grid_split", 9999, 65536, 1024), record("cuda.grid_split", 9999, 524288, 8),
+               record("cuda.cluster", 1500, 524288, 8)]
+    entries = dispatch.build_table(records, "NVIDIA H200", "test")["entries"]["float32"]
+    assert [65536, 1024, "cluster", 3900] in entries and [524288, 8, "cluster", 1500] in entries
+    assert not any(e[2] == "grid_split" for e in entries)
+
+
 @pytest.fixture
 def installed_extension():
     pytest.importorskip("lab._C", reason="lab._C is not built")

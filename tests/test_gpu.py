@@ -299,9 +299,28 @@ def test_cluster_packed_shapes_special_rows(index, dtype):
     for n in inputs.SPECIAL_NS:
         x, labels = inputs.special_input(n, dtype, "cuda")
         _check_every_cluster(index, x, SOFTMAX.reference(x), labels)
-    for n in (4099, 70001):
+    for n in (4104, 70008):  # multiples of 8: the contiguous output is aligned, so the resident path runs
         x, labels = _tail_rows(n, dtype)
-        _check_every_cluster(index, x, SOFTMAX.reference(x), labels)
+        assert _check_every_cluster(index, x, SOFTMAX.reference(x), labels) or not any(
+            _fits(CLUSTER_SHAPES[index], n, dtype, c) for c in CLUSTER_SIZES), f"N={n}: no launch was checked"
+
+
+@pytest.mark.parametrize("n", [8193, 16383, 40001, 65535, 100003])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cluster_packed_partial_last_pack_through_out(n, dtype):
+    """Odd N on kPlan16's packed entries: with rows of x and out padded to 16-byte strides the launch stays
+    resident and the last pack is partial, the one way to reach the packed tail code (an odd-N contiguous
+    out is misaligned and takes the streaming path). Irregular rows, a -inf tail, a NaN last element."""
+    stride = (n + 7) // 8 * 8 + 8
+    x = inputs.make_input(Shape(3, n, stride), dtype, "cuda")
+    x[1, n // 2:] = -math.inf
+    x[2, -1] = math.nan
+    out = torch.full((3, stride), math.nan, dtype=dtype, device="cuda")[:, :n]
+    shape, _, _ = torch.ops.lab_tune.cluster_plan(n, dtype)
+    assert shape >= 0 and CLUSTER_SHAPES[shape].packed, f"N={n}: kPlan16 no longer takes a packed shape here"
+    torch.ops.lab.cluster.out(x, out=out)
+    res = check.compare(out, SOFTMAX.reference(x), dtype, ["irregular", "-inf tail", "NaN last"])
+    assert res.ok, f"N={n} {dtype_name(dtype)}: {res.summary()}"
 
 
 def test_cluster_packed_shapes_refuse_float32():

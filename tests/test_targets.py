@@ -17,20 +17,21 @@ def record(sweep, variant, n, gbps, pct, status="ok"):
             "status": status, "gbps": gbps, "pct_copy": pct}
 
 
-def test_counts_and_weakest(tmp_path, capsys):
+def test_counts_and_weakest(tmp_path, capsys, monkeypatch):
     results = [
         record("fixed", "cuda.auto", 1024, 3900, 96.0), record("fixed", "peer.quack", 1024, 3800, 93.6),
         record("fixed", "cuda.auto", 4096, 3000, 80.0), record("fixed", "peer.quack", 4096, 3600, 96.0),
         record("fixed", "triton.fused", 4096, 9999, 300.0, status="FAIL"),  # a failed check is never counted
         record("tutorial", "cuda.auto", 512, 1000, 90.0), record("tutorial", "torch.softmax", 512, 1005, 90.5),
         record("tutorial", "peer.liger", 8192, 1000, 90.0),  # auto not timed there: not a point
+        record("tutorial", "cuda.auto", 16384, 1000, 90.0),  # auto alone: nothing to compare with
     ]
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"operator": "softmax", "command": "python -m lab.test", "results": results}))
     rows = targets.points(results)
     assert [(r["sweep"], r["n"], r["best_other"]) for r in rows] == [
         ("fixed", 1024, "peer.quack"), ("fixed", 4096, "peer.quack"), ("tutorial", 512, "torch.softmax")]
-    sys.argv = ["targets.py", str(path), "--markdown", str(tmp_path / "t.md")]
+    monkeypatch.setattr(sys, "argv", ["targets.py", str(path), "--markdown", str(tmp_path / "t.md")])
     targets.main()
     out = capsys.readouterr().out
     assert "auto >= 95% of the copy: 1 of 2 fixed-sweep points" in out

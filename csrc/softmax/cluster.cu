@@ -11,8 +11,8 @@
 // softmax moves 4 bytes per element, so at the H200's ~4.3 TB/s copy it needs ~1.1e12 elements/s,
 // ~2.2e12 ex2/s; the MUFU unit issues 16 ex2 per clock per SM, 132 x 16 x 1.98 GHz = 4.2e12/s
 // (3.7e12 at 1.755 GHz): about half to 60% of it, with the FP32 work (~10 operations per element,
-// 128 per clock per SM) at about a third. Measured on the H200 (tune.json at 0a26770): 3 to 7 points
-// of a copy over the float32-register shapes from N = 8192 to 131072, none at 262144.
+// 128 per clock per SM) at about a third. Measured on the H200 (tune.json at 0a26770, bfloat16): 1 to
+// 5 points of a copy over the best float32-register shape from N = 8192 to 131072, a tie at 262144.
 // NaN and -inf behave as in the float path: a NaN makes D NaN, hence the whole row; an all -inf
 // row has M = -inf and x - M = NaN, as in torch; slots past the row hold -inf.
 //
@@ -93,8 +93,9 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // them as they are.
 // The packed shapes (16-bit elements held two to a register, the fix for that) won kPlan16 from
 // N = 8192 to 131072 when first timed (tune.json at 0a26770, bfloat16, mean % of a copy over the
-// sweeps: 8192 87.2 against 84.1 for the previous entry, 16384 88.3 / 82.9-83.4, 32768 86.8 / 83.9,
-// 65536 87.5 / 80.0-86.3, 131072 89.9 / 84.7); at 262144 a float shape stays ahead (79.5 both).
+// sweeps, best packed / best float32-register shape / the previous entry: 8192 87.2 / 84.1 / 84.1,
+// 16384 88.3 / 87.0 / 82.9-83.4, 32768 86.8 / 83.9 / 83.9, 65536 87.5 / 84.5 / 80.0-86.3, 131072
+// 89.9 / 84.7 / 84.7); at 262144 a tie (79.5), and the float shape entry stays.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes

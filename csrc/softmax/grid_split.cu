@@ -19,6 +19,13 @@
 // device buffer of kSlots x kMaxGrid states; consecutive launches take consecutive slots, so that
 // launches on different streams that overlap in time do not share one (kSlots launches overlapping
 // at once would: each grid takes every SM, so two can overlap only while one drains).
+// Known defect (found in review, not yet fixed): a slot is taken when the host enqueues the launch,
+// not when the grid runs. With kSlots or more launches queued on one stream, a launch on another
+// stream can get the slot of a grid that is still draining (its last CTAs reading the partial
+// states after the barrier) and overwrite them; a CUDA graph keeps the slot it was captured with, so
+// one graph replayed on two streams at once shares a slot. Either gives wrong rows. The fix is
+// scratch memory from the caller's stream-ordered allocator. cuda.auto never dispatches here
+// (lab/dispatch.py keeps variants with shape-dependent limits out of its table).
 // Limits: the slice of each CTA must fit its registers: ceil(ceil(N / K) / G) <= 512 x 64 / K
 // packs (K = 4 elements per pack in float32, 8 in 16-bit types), i.e. N <= G x 32768 (about 4.3M
 // elements for M = 1 on 132 SMs, 2^20 for M <= 4, 2^19 for M <= 8; N <= 32768 once M > S / 2).
