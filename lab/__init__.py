@@ -10,7 +10,7 @@ import torch
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax along `dim`, computed by the lab's fastest CUDA kernel measured for the shape.
+    """Softmax along `dim`, computed by the lab's fastest kernel (CUDA or Triton) measured for the shape.
 
     The leading dimensions are viewed as rows: no copy when the softmax dimension is the last one and
     contiguous and the rows are evenly strided (any 2-D row stride works). Another `dim` is moved
@@ -35,7 +35,21 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if n > 1 and x.stride(-1) != 1:
         x = x.contiguous()
     rows = x.reshape(-1, n) if x.dim() != 2 else x
-    return torch.ops.lab.softmax(rows).reshape(x.shape)
+    return route(rows)(rows).reshape(x.shape)
+
+
+def route(rows: torch.Tensor):
+    """The function lab.softmax calls on a 2-D CUDA tensor: the Triton entry its table names for the
+    shape (lab/dispatch.py, lab_entries), else torch.ops.lab.softmax (which picks among the CUDA
+    variants). Both are differentiable."""
+    from lab import dispatch
+
+    choice = dispatch.lab_choice(rows.shape[0], rows.shape[1], rows.dtype)
+    if choice is not None and choice.startswith("triton."):
+        from lab.registry import get
+
+        return get("softmax", choice).kernel()
+    return torch.ops.lab.softmax
 
 
 def _register_extension() -> None:

@@ -1,4 +1,5 @@
-"""auto's dispatch table: which CUDA variant torch.ops.lab.softmax runs for each (dtype, N, M).
+"""auto's dispatch table: which CUDA variant torch.ops.lab.softmax runs for each (dtype, N, M), and
+which of the lab's CUDA and Triton variants lab.softmax runs.
 
 The table is data built from the lab's own results on one GPU model: at every measured point
 (dtype, N, M) it names the CUDA variant with the highest median GB/s there. It is saved beside the
@@ -13,6 +14,11 @@ applies.
 A lab run that times `cuda.auto` builds the table as it goes: before auto is timed at a point, the
 table is rebuilt from the results of this run so far, which include every other CUDA variant at
 that point, and installed. So the auto timed at each point runs the variant the saved table names.
+
+The table's `lab_entries` hold the same for lab.softmax (timed as the variant `lab.auto`), over the lab's
+CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
+fastest is a CUDA variant, lab.softmax calls torch.ops.lab.softmax (whose own entries name it); where
+it is a Triton one, that Triton entry. Neither ever calls a peer or PyTorch's softmax.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from lab.env import ROOT
 from lab.registry import variants
 
 AUTO = "cuda.auto"
+LAB = "lab.auto"  # the variant that times lab.softmax
+_LAB_TABLES: dict[str, dict[str, list[list]]] = {}
+"""lab.softmax's entries (each table's lab_entries) by GPU model name, set by install()."""
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
 FILENAME = "dispatch_table.json"
 
@@ -37,27 +46,61 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
 
 
-def build_table(results: Iterable, gpu: str, source: str) -> dict:
-    """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
-    records or their dicts). A variant whose limits depend on more than the row length (a shape_reason:
-    cuda.grid_split's depend on M) never enters: the table's rule lets an entry cover more rows than were
-    measured (the last entry of a row length takes any more), and shorter rows."""
+def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[str, list[list]]:
+    """Per dtype, [N, M, variant, GB/s] of the fastest variant of `backends` (not the entries themselves)
+    at every (dtype, N, M) timed in `results`, sorted by (N, M). A variant whose limits depend on more
+    than the row length (a shape_reason: cuda.grid_split's depend on M) never enters: the table's rule
+    lets an entry cover more rows than were measured (the last entry of a row length takes any more),
+    and shorter rows."""
     best: dict[tuple[str, int, int], tuple[float, str]] = {}
-    barred = {v.name for v in variants("softmax", backends=["cuda"]) if v.shape_reason is not None}
+    barred = {v.name for v in variants("softmax", backends=list(backends)) if v.shape_reason is not None}
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
-        if (r.get("op", "softmax") != "softmax" or r["backend"] != "cuda" or r["variant"] == AUTO
+        if (r.get("op", "softmax") != "softmax" or r["backend"] not in backends or r["variant"] in (AUTO, LAB)
                 or r["variant"] in barred or r["status"] != "ok" or not r.get("gbps")):
             continue
         key = (r["dtype"], r["n"], r["m"])
         if key not in best or r["gbps"] > best[key][0]:
-            best[key] = (r["gbps"], r["variant"].removeprefix("cuda."))
+            best[key] = (r["gbps"], r["variant"].removeprefix(strip))
     entries: dict[str, list[list]] = {}
     for (dtype, n, m), (gbps, variant) in sorted(best.items()):
         entries.setdefault(dtype, []).append([n, m, variant, round(gbps, 1)])
+    return entries
+
+
+def build_table(results: Iterable, gpu: str, source: str) -> dict:
+    """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
+    records or their dicts): `entries`, torch.ops.lab.softmax's; and the fastest of the lab's CUDA and
+    Triton variants: `lab_entries`, lab.softmax's."""
     return {"gpu": gpu, "source": source,
             "rule": "per dtype: the first entry [max N, max M, variant, GB/s measured] covering the shape",
-            "entries": entries}
+            "entries": _fastest(results, ("cuda",), "cuda."),
+            "lab_entries": _fastest(results, ("cuda", "triton"), "")}
+
+
+def choose(entries: list[list], m: int, n: int) -> str | None:
+    """The rule of csrc/softmax/dispatch/auto.cu on one dtype's entries (sorted by N, then M): the group
+    of the shortest measured N >= n, in it the first entry with M >= m, else the group's last."""
+    group_last = None
+    for max_n, max_m, variant, _ in entries:
+        if n > max_n:
+            continue
+        if group_last and group_last[0] != max_n:
+            break
+        group_last = (max_n, variant)
+        if m <= max_m:
+            break
+    return group_last[1] if group_last else None
+
+
+@torch.compiler.assume_constant_result
+def lab_choice(m: int, n: int, dtype: torch.dtype) -> str | None:
+    """The variant lab.softmax runs for an (m, n) input of `dtype` on this GPU model ("cuda.<name>" or
+    "triton.<name>"), or None where its table has no entry (lab.softmax then calls torch.ops.lab.softmax).
+    Under torch.compile the choice is a constant of the graph, made once at trace time (Dynamo would
+    otherwise trace the device-name query)."""
+    entries = _LAB_TABLES.get(current_gpu(), {}).get(str(dtype).removeprefix("torch."), [])
+    return choose(entries, m, n) if entries else None
 
 
 def install(table: dict) -> None:
@@ -66,6 +109,7 @@ def install(table: dict) -> None:
     flat = [v for dtype, es in table["entries"].items() if dtype in DTYPE_CODES
             for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
     torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
+    _LAB_TABLES[table["gpu"]] = table.get("lab_entries", {})
 
 
 def current_gpu() -> str:
@@ -117,6 +161,12 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
             lines += [f"  measured N={e[0]} M={e[1]}: cuda.{e[2]} {e[3]} GB/s" for e in near]
     elif source != "table":
         lines.append("  no table entry for this GPU and dtype: the default rule of csrc/softmax/dispatch/auto.cu")
+    entry = lab_choice(m, n, dtype)
+    if entry is not None and entry.startswith("triton."):
+        lines.append(f"lab.softmax for {m}x{n} {name}: {entry} (measured faster there than every CUDA variant)")
+    else:
+        lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
+                     + ("" if entry else " (no lab_entries for this GPU and dtype)"))
     if variant == "cluster":
         shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype)
         if shape < 0:

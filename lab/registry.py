@@ -21,8 +21,10 @@ Kernel = Callable[..., torch.Tensor]
 tensor; softmax's inputs are (x,)."""
 
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-BACKENDS = ("torch", "triton", "cuda", "peer")
-"""`peer`: kernels of other projects, optional packages measured beside ours (lab/backends/peer_variants.py)."""
+BACKENDS = ("torch", "triton", "cuda", "lab", "peer")
+"""`lab`: the lab's public Python entry, lab.softmax (the variant lab.auto), which runs the lab's own CUDA
+and Triton variants (lab/backends/lab_variants.py). `peer`: kernels of other projects, optional packages
+measured beside ours (lab/backends/peer_variants.py)."""
 
 ShapeReason = Callable[[Shape, torch.dtype], str | None]
 """shape_reason(shape, dtype) -> why the variant cannot take this shape in this dtype, or None if it can."""
@@ -132,6 +134,15 @@ def register(variant: Variant) -> Variant:
         raise ValueError(f"variant {variant.op}/{variant.name} is registered twice")
     _REGISTRY[variant.key] = variant
     return variant
+
+
+def get(op: str, name: str) -> Variant:
+    """The registered variant `name` of `op` (e.g. get("softmax", "triton.multirow"))."""
+    load_backends()
+    try:
+        return _REGISTRY[(op, name)]
+    except KeyError:
+        raise KeyError(f"no variant {name!r} of {op!r} is registered") from None
 
 
 def load_backends() -> None:

@@ -134,6 +134,8 @@ def bad_inputs(v: Variant) -> dict[str, dict]:
     names = [v.name, v.name.split(".", 1)[1]]
     if v.backend == "cuda":
         names.append(f"lab::{cuda_variants.TORCH_OPS[v.key]}")
+    if v.backend == "lab":
+        names.append("lab.softmax")  # lab.auto times the Python entry lab.softmax
     for label, args in cases.items():
         try:
             y = kernel(*args)

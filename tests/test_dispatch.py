@@ -94,7 +94,48 @@ def test_committed_table_is_what_the_script_builds_from_the_committed_results(pa
                            str(path.parent / "results.json"), "-o", str(out)],
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""}, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(out.read_text())["entries"] == dispatch.load(path)["entries"], "hand-edited or stale table"
+    built, committed = json.loads(out.read_text()), dispatch.load(path)
+    assert built["entries"] == committed["entries"], "hand-edited or stale table"
+    assert built["lab_entries"] == committed.get("lab_entries"), "hand-edited or stale lab_entries"
+
+
+def test_lab_entries_take_the_fastest_cuda_or_triton_variant_never_a_peer_or_torch():
+    records = [*RECORDS, record("torch.softmax", 99999, 65536, 1024), record("peer.quack", 99999, 65536, 1024),
+               record("lab.auto", 99999, 65536, 1024)]
+    table = dispatch.build_table(records, "NVIDIA H200", "test")
+    assert table["lab_entries"] == {"float32": [
+        [1024, 65536, "triton.fused", 9999], [65536, 1024, "cuda.cluster", 3900], [65536, 4096, "cuda.online", 3950]]}
+
+
+@pytest.mark.parametrize(("m", "n"), [(m, n) for m in (1, 100, 1024, 2000, 10**6) for n in (1, 1000, 1024, 4096,
+                                                                                            65536, 65537)])
+def test_the_python_rule_is_the_extensions(installed_extension, m, n):
+    """lab.softmax looks its entries up with the rule torch.ops.lab.softmax's C++ applies to its own."""
+    table = dispatch.build_table(RECORDS, dispatch.current_gpu(), "test")
+    dispatch.install(table)
+    variant, source = torch.ops.lab_tune.auto_choice(m, n, torch.float32)
+    python = dispatch.choose(table["entries"]["float32"], m, n)
+    assert (python, source) == ((variant, "table") if python else (python, "default rule"))
+
+
+def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extension, monkeypatch):
+    """A Triton choice calls that variant's entry (differentiable, like the op); a CUDA choice, or none,
+    calls torch.ops.lab.softmax, which picks the CUDA variant itself."""
+    import lab
+    from lab import registry
+
+    asked = []
+
+    class Entry:
+        def kernel(self):
+            return "the Triton entry"
+
+    monkeypatch.setattr(dispatch, "lab_choice", lambda m, n, dtype: {1000: "triton.fused", 5000: "cuda.cluster"}.get(n))
+    monkeypatch.setattr(registry, "get", lambda op, name: asked.append((op, name)) or Entry())
+    assert lab.route(torch.empty(100, 1000, device="meta")) == "the Triton entry"
+    assert asked == [("softmax", "triton.fused")]
+    assert lab.route(torch.empty(100, 5000, device="meta")) is torch.ops.lab.softmax
+    assert lab.route(torch.empty(100, 7, device="meta")) is torch.ops.lab.softmax
 
 
 def test_lab_softmax_refuses_cpu_tensors():

@@ -438,3 +438,30 @@ def test_grid_split_concurrent_streams(launches):
     for x, y in zip(xs, outs, strict=True):
         res = check.compare(y, SOFTMAX.reference(x), torch.float32)
         assert res.ok, res.summary()
+
+
+# --- lab.softmax (lab.auto): the Triton entry or torch.ops.lab.softmax, as its table says ---------------
+
+
+def test_lab_softmax_runs_what_its_table_names():
+    """At every entry of this GPU model's committed lab_entries (rows capped to keep it quick), lab.softmax
+    returns bitwise what the variant the entry names returns (both are deterministic: see trust.md)."""
+    import lab
+    from lab import dispatch
+    from lab.registry import get
+
+    cuda_variants.load_extension()
+    path = dispatch.table_path(dispatch.current_gpu())
+    if not path.exists():
+        pytest.skip(f"no committed dispatch table for {dispatch.current_gpu()}")
+    checked = 0
+    for name, entries in dispatch.load(path).get("lab_entries", {}).items():
+        dtype = getattr(torch, name)
+        for n, m, _, _ in entries:
+            rows = min(m, max(1, 2**22 // n))
+            x = torch.randn(rows, n, device="cuda", dtype=dtype)
+            choice = dispatch.lab_choice(rows, n, dtype)
+            run = get("softmax", choice).kernel() if choice and choice.startswith("triton.") else torch.ops.lab.softmax
+            assert torch.equal(lab.softmax(x), run(x)), f"{rows}x{n} {name}: lab.softmax is not {choice}"
+            checked += 1
+    assert checked, "the committed table has no lab_entries"
