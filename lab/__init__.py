@@ -21,6 +21,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise TypeError(f"lab.softmax: expected a tensor, got {type(x).__name__}")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"lab.softmax: expected float32, float16 or bfloat16, got {x.dtype}")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"lab.softmax: dim must be an int, got {type(dim).__name__}")
     if x.device.type != "cuda":
         raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
     from lab.backends.cuda_variants import load_extension
@@ -46,10 +48,18 @@ def route(rows: torch.Tensor):
 
     choice = dispatch.lab_choice(rows.shape[0], rows.shape[1], rows.dtype)
     if choice is not None and choice.startswith("triton."):
-        from lab.registry import get
+        kernel = _TRITON_KERNELS.get(choice)
+        if kernel is None:
+            from lab.registry import get
 
-        return get("softmax", choice).kernel()
+            kernel = _TRITON_KERNELS[choice] = get("softmax", choice).kernel()
+        return kernel
     return torch.ops.lab.softmax
+
+
+# The Triton kernels lab.softmax has called, by variant name: looked up in the registry once, not on
+# every call (the lookup cost more than a short row's kernel).
+_TRITON_KERNELS: dict = {}
 
 
 def _register_extension() -> None:

@@ -23,6 +23,7 @@ it is a Triton one, that Triton entry. Neither ever calls a peer or PyTorch's so
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -114,7 +115,13 @@ def install(table: dict) -> None:
 
 def current_gpu() -> str:
     """The name the extension keys tables by, as the device reports it ("" without a GPU)."""
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    return _device_name(0) if torch.cuda.is_available() else ""
+
+
+@functools.cache
+def _device_name(index: int) -> str:
+    """A device's model name, asked once (it is on lab.softmax's path, called for every input)."""
+    return torch.cuda.get_device_name(index)
 
 
 def committed_tables() -> list[Path]:

@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             c = counts[v.name]
             if v.per_shape and k >= args.per_shape_cases:
                 c["not drawn"] += 1
-            elif v.skip_reason(shape, getattr(torch, case.dtype)):
+            elif v.skip_reason(shape, dtype := getattr(torch, case.dtype), case.offset * dtype.itemsize):
                 c["skipped"] += 1
             else:
                 takers.append(v)

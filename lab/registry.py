@@ -66,6 +66,8 @@ class Variant:
     shape_reason: ShapeReason | None = None
     """Per-shape limits beyond the dtype and the row length (alignment, row stride...): a library that
     refuses one edge case is skipped on that shape only, with the reason, instead of on a whole dtype."""
+    data_align: int = 1
+    """The byte boundary x's data must start on (a library that refuses a view starting mid-vector)."""
     writes_out: bool = False
     """Accepts an `out` tensor: the checker poisons it to catch unwritten elements."""
     per_shape: bool = False
@@ -83,9 +85,14 @@ class Variant:
     def traffic_for(self, dtype: torch.dtype) -> Traffic:
         return self.traffic(dtype) if callable(self.traffic) else self.traffic
 
-    def skip_reason(self, shape: Shape, dtype: torch.dtype) -> str | None:
+    def skip_reason(self, shape: Shape, dtype: torch.dtype, start: int = 0) -> str | None:
         """Why this variant cannot take this shape (M, N, row stride) in this dtype, or None if it can.
-        The dtype first, then the row length, then the variant's own shape_reason."""
+        The dtype first, then the row length, then the variant's own shape_reason; `start`: x's data
+        pointer modulo 256 (a view's offset in bytes; the allocator aligns to 256 or more), checked
+        against data_align."""
+        if start % self.data_align:
+            return (f"x starts {start % self.data_align} bytes past a {self.data_align}-byte boundary "
+                    f"(a view's offset): {self.name} needs its data {self.data_align}-byte aligned")
         if dtype not in self.dtypes:
             return f"{dtype_name(dtype)} not supported" + (f": {self.dtype_reason}" if self.dtype_reason else "")
         if self.max_n is not None and shape.n > self.max_n:
@@ -145,12 +152,19 @@ def get(op: str, name: str) -> Variant:
         raise KeyError(f"no variant {name!r} of {op!r} is registered") from None
 
 
+_BACKENDS_LOADED: list[bool] = []
+
+
 def load_backends() -> None:
-    """Import every module of lab.backends (each registers its variants on import)."""
+    """Import every module of lab.backends (each registers its variants on import), once: get() is on
+    lab.softmax's path, where listing the package's folder on every call cost tens of microseconds."""
+    if _BACKENDS_LOADED:
+        return
     from lab import backends
 
     for mod in pkgutil.iter_modules(backends.__path__):
         importlib.import_module(f"lab.backends.{mod.name}")
+    _BACKENDS_LOADED.append(True)
 
 
 def matches(v: Variant, pattern: str) -> bool:

@@ -1,13 +1,15 @@
-"""How a lab run's results stand against the performance targets of the fast entry (cuda.auto).
+"""How a lab run's results stand against the performance targets of the fast entry (auto).
 
 Reads a results.json written by `python -m lab.test` (softmax) and prints, for every point of the
 fixed and tutorial sweeps and each dtype: auto's GB/s and percent of the same run's copy, the fastest
 other variant of the run (the lab's own, the peers, torch.softmax, torch.compile) and auto's ratio to
 it; then the counts against the targets (auto >= 95% of the copy at every fixed-sweep point; auto >=
 every other variant at every point) and auto's five weakest points. Nothing is measured here.
+"auto" is lab.auto (lab.softmax, which may run a Triton kernel) where the run timed it, else cuda.auto
+(torch.ops.lab.softmax, CUDA kernels only); --auto picks either.
 
     python scripts/targets.py results/h200/results.json [--markdown results/h200/targets.md]
-        [--remeasure results/h200/remeasure/run_1.json run_2.json run_3.json]
+        [--remeasure results/h200/remeasure/run_1.json run_2.json run_3.json] [--auto cuda.auto]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-AUTO = "cuda.auto"
+AUTOS = ("lab.auto", "cuda.auto")  # the fast entries, the one to judge first
 # The variants the issue names as auto's competition: the peers and PyTorch's own (every other variant
 # of the run, the lab's own Triton and CUDA kernels included, is the stricter count).
 OUTSIDE = ("peer.", "torch.softmax", "torch.compile")
@@ -29,22 +31,29 @@ def timed(results: list[dict]) -> list[dict]:
     return [r for r in results if r.get("op", "softmax") == "softmax" and r["status"] == "ok" and r.get("gbps")]
 
 
-def points(results: list[dict]) -> list[dict]:
+def fast_entry(results: list[dict]) -> str:
+    """The first of AUTOS that the run timed (the first of them if none was)."""
+    names = {r["variant"] for r in timed(results)}
+    return next((a for a in AUTOS if a in names), AUTOS[0])
+
+
+def points(results: list[dict], auto_name: str | None = None) -> list[dict]:
     """One row per (sweep, dtype, M, N) where auto and at least one other variant were timed."""
+    entry = auto_name or fast_entry(results)
     by_point: dict[tuple, dict[str, dict]] = {}
     for r in timed(results):
         by_point.setdefault((r["sweep"], r["dtype"], r["m"], r["n"]), {})[r["variant"]] = r
     rows = []
     for (sweep, dtype, m, n), variants in sorted(by_point.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3])):
-        if AUTO not in variants:
+        if entry not in variants:
             continue
-        auto = variants[AUTO]
-        others = {v: r for v, r in variants.items() if v != AUTO}
+        auto = variants[entry]
+        others = {v: r for v, r in variants.items() if v != entry}
         if not others:
             continue  # nothing to compare with (a run of auto alone)
         best_name, best = max(others.items(), key=lambda kv: kv[1]["gbps"])
         outside = {v: r for v, r in others.items() if v.startswith(OUTSIDE)}
-        row = {"sweep": sweep, "dtype": dtype, "m": m, "n": n, "auto_gbps": auto["gbps"],
+        row = {"auto": entry, "sweep": sweep, "dtype": dtype, "m": m, "n": n, "auto_gbps": auto["gbps"],
                "pct_copy": auto["pct_copy"], "best_other": best_name, "best_other_gbps": best["gbps"],
                "ratio": auto["gbps"] / best["gbps"]}
         if outside:
@@ -66,10 +75,11 @@ def remeasure(rows: list[dict], runs: list[list[dict]]) -> list[str]:
     lines = []
     for row in rows:
         got = gbps.get((row["dtype"], row["m"], row["n"]))
-        if not got or AUTO not in got:
+        entry = row["auto"]
+        if not got or entry not in got:
             continue
         medians = {v: statistics.median(g) for v, g in got.items()}
-        auto = medians.pop(AUTO)
+        auto = medians.pop(entry)
         for key, pick in (("ratio", lambda v: True), ("ratio_outside", lambda v: v.startswith(OUTSIDE))):
             if not 0.99 <= row.get(key, 0.0) < 1.0:
                 continue
@@ -80,7 +90,7 @@ def remeasure(rows: list[dict], runs: list[list[dict]]) -> list[str]:
             row[key + "_remeasured"] = auto / best
             against = "every other variant" if key == "ratio" else "the peers and PyTorch"
             lines.append(f"  - {row['sweep']} {row['dtype']} {row['m']}x{row['n']} against {against}: "
-                         f"{row[key]:.3f} in the run; median of {len(got[AUTO])} re-measures: auto {auto:.0f} GB/s, "
+                         f"{row[key]:.3f} in the run; median of {len(got[entry])} re-measures: auto {auto:.0f} GB/s, "
                          f"{name} {best:.0f}: {auto / best:.3f} ({'ahead' if auto >= best else 'behind'})")
     return lines
 
@@ -107,7 +117,8 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
     fixed = [r for r in rows if r["sweep"] == "fixed"]
     at_copy = sum(r["pct_copy"] >= COPY_TARGET for r in fixed)
     weakest = sorted(rows, key=lambda r: r["ratio"])[:5]
-    lines += ["", f"- auto >= {COPY_TARGET:.0f}% of the copy: {at_copy} of {len(fixed)} fixed-sweep points"]
+    lines += ["", f"auto is {rows[0]['auto']} here.", "",
+              f"- auto >= {COPY_TARGET:.0f}% of the copy: {at_copy} of {len(fixed)} fixed-sweep points"]
     for key, against in (("ratio", "every other variant"),
                          ("ratio_outside", "each of the peers, torch.softmax and torch.compile")):
         ahead, within, compared = tally(rows, key)
@@ -131,19 +142,22 @@ def main() -> None:
     parser.add_argument("--remeasure", type=Path, nargs="+", default=[],
                         help="results.json files of runs that re-measured the near ties (python -m lab.test "
                         "--shape ... --output-json FILE, three times)")
+    parser.add_argument("--auto", choices=AUTOS, help="the fast entry to judge (default: the first of "
+                        f"{', '.join(AUTOS)} that the run timed)")
     args = parser.parse_args()
     data = json.loads(args.results.read_text())
     if data.get("operator", "softmax") != "softmax":
         raise SystemExit(f"targets: {args.results} holds {data['operator']} results; the targets are softmax's")
-    rows = points(data["results"])
+    auto = args.auto or fast_entry(data["results"])
+    rows = points(data["results"], auto)
     if not rows:
-        raise SystemExit(f"targets: no point of {args.results} timed {AUTO}")
+        raise SystemExit(f"targets: no point of {args.results} timed {auto}")
     lines = remeasure(rows, [json.loads(p.read_text())["results"] for p in args.remeasure])
     text = report(rows, data.get("command", "?"), lines)
     print(text, end="")
     if args.markdown:
         env = data.get("environment", {})
-        head = (f"# {AUTO} against its targets\n\n{env.get('gpu', '')}, commit {env.get('commit', '?')}; "
+        head = (f"# {auto} against its targets\n\n{env.get('gpu', '')}, commit {env.get('commit', '?')}; "
                 f"written by `python scripts/targets.py {args.results}` from the run's results.json\n\n")
         args.markdown.write_text(head + text)
 

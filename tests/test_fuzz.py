@@ -11,14 +11,16 @@ import torch
 from lab import fuzz, registry
 from lab.env import ROOT
 from lab.inputs import Shape
-from lab.registry import Traffic, Variant, register
+from lab.registry import Traffic, Variant, register, variants
 
 
 def test_quick_subset_has_no_mismatch(tmp_path):
-    """120 cases (N <= 3000, M * N <= 6000), every variant that runs on the CPU here."""
+    """120 cases (N <= 3000, M * N <= 6000), every variant of the lab that runs here (the peers are other
+    people's kernels: what the fuzz finds in them is reported by the trust run, not failed on here)."""
     out = tmp_path / "fuzz.json"
+    peers = [v.name for v in variants("softmax") if v.backend == "peer"]
     code = fuzz.main(["--cases", "120", "--max-elements", "6000", "--max-n", "3000", "--skip", "torch.compile",
-                      "--json", str(out)])
+                      *(["--skip", ",".join(peers)] if peers else []), "--json", str(out)])
     assert code == 0
     import json
 

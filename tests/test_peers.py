@@ -89,7 +89,9 @@ def test_build_when_the_package_fails_to_import(build, monkeypatch):
     module, package = PACKAGES[build]
     monkeypatch.setattr(peer_variants.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
+    # `import module` (and of any submodule, even one a run already imported) raises ImportError
+    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")] + [module]:
+        monkeypatch.setitem(sys.modules, name, None)
     failed = rf"^{package} is installed but failed to import \((ModuleNotFound|Import)Error: "
     with pytest.raises(Unavailable, match=failed):
         build()

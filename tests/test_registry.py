@@ -129,6 +129,15 @@ def test_skip_reason_dtype():
     assert explained.skip_reason(Shape(4, 10), torch.bfloat16) == "bfloat16 not supported: no 16-bit path yet"
 
 
+def test_skip_reason_data_alignment():
+    """A view that starts mid-vector is skipped for a variant that needs aligned data, with the reason."""
+    v = make_variant(data_align=16)
+    assert v.skip_reason(Shape(4, 10), torch.float32, start=32) is None
+    assert v.skip_reason(Shape(4, 10), torch.float32, start=8) == (
+        "x starts 8 bytes past a 16-byte boundary (a view's offset): torch.scratch needs its data 16-byte aligned")
+    assert make_variant().skip_reason(Shape(4, 10), torch.float32, start=2) is None
+
+
 def test_skip_reason_max_n():
     v = make_variant(max_n=1024)
     assert v.skip_reason(Shape(4, 1024), torch.float32) is None

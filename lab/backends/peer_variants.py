@@ -102,7 +102,7 @@ COMMON = dict(op="softmax", backend="peer", traffic=Traffic(1, 1), writes_out=Fa
 register(Variant(
     name="peer.quack",
     description="QuACK softmax_fwd: cluster-split CuTe DSL kernel (rows in shared memory, one online pass)",
-    build=build_quack, shape_reason=quack_shape_reason, **COMMON,
+    build=build_quack, shape_reason=quack_shape_reason, data_align=QUACK_VECTOR_BYTES, **COMMON,
 ))
 register(Variant(
     name="peer.liger",
@@ -128,4 +128,5 @@ register(Variant(
     name="peer.quack", op="softmax_backward", backend="peer", traffic=Traffic(2, 1), writes_out=False,
     description="QuACK softmax_bwd: y and dy rows in shared memory (cluster-split past 8192 elements), one pass",
     build=build_quack_backward, shape_reason=lambda shape, dtype: quack_shape_reason(shape, dtype, tensors=2),
+    data_align=QUACK_VECTOR_BYTES,
 ))
