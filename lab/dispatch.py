@@ -100,7 +100,13 @@ def lab_choice(m: int, n: int, dtype: torch.dtype) -> str | None:
     "triton.<name>"), or None where its table has no entry (lab.softmax then calls torch.ops.lab.softmax).
     Under torch.compile the choice is a constant of the graph, made once at trace time (Dynamo would
     otherwise trace the device-name query)."""
-    entries = _LAB_TABLES.get(current_gpu(), {}).get(str(dtype).removeprefix("torch."), [])
+    return _lab_choice(current_gpu(), m, n, dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lab_choice(gpu: str, m: int, n: int, dtype: torch.dtype) -> str | None:
+    """lab_choice, remembered per shape (it is on every call's path); install() forgets them all."""
+    entries = _LAB_TABLES.get(gpu, {}).get(str(dtype).removeprefix("torch."), [])
     return choose(entries, m, n) if entries else None
 
 
@@ -111,6 +117,7 @@ def install(table: dict) -> None:
             for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
     torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
     _LAB_TABLES[table["gpu"]] = table.get("lab_entries", {})
+    _lab_choice.cache_clear()
 
 
 def current_gpu() -> str:

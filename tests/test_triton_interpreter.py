@@ -365,3 +365,9 @@ def test_persistent_launch_config_is_a_constant_under_torch_compile(monkeypatch)
     compiled = torch.compile(grid_scaled, fullgraph=True, backend="eager")
     assert torch.equal(compiled(x), grid_scaled(x)) and torch.equal(compiled(x), torch.full((5,), 194.0))
     assert calls and all(c == (torch.float32, 64, 4, 0) for c in calls)
+
+
+def test_plain_int_helpers_match_triton():
+    """The wrappers' host-side next_power_of_2 and cdiv (cheaper on every launch) agree with Triton's."""
+    assert all(common.next_power_of_2(n) == triton.next_power_of_2(n) for n in range(0, 70000))
+    assert all(common.cdiv(a, b) == triton.cdiv(a, b) for a in range(0, 400) for b in range(1, 50))

@@ -1,5 +1,6 @@
 """What the Triton wrappers share: input validation and the output buffer."""
 
+import functools
 import os
 
 import torch
@@ -21,6 +22,22 @@ def check_device(t: torch.Tensor, name: str, what: str = "x") -> None:
                      "the interpreter: set TRITON_INTERPRET=1 before importing triton_kernels)")
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# Plain-int forms of triton.next_power_of_2 and triton.cdiv: the wrappers call these on every launch, and
+# Triton's own go through its constexpr machinery (a few microseconds each on the host).
+def next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.cache
+def sm_count(index: int) -> int:
+    """The SM count of CUDA device `index`, asked once (not on every launch)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def prepare(x: torch.Tensor, out: torch.Tensor | None, name: str) -> torch.Tensor:

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import num_warps_for, prepare
+from triton_kernels.common import next_power_of_2, num_warps_for, prepare
 
 MAX_N = 65536
 
@@ -36,7 +36,7 @@ def softmax_fused(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Ten
         raise ValueError(f"triton.fused: rows of {cols} elements exceed the {MAX_N} that fit in one program")
     if x.numel() == 0:
         return out
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     softmax_fused_kernel[(rows,)](
         x, out, x.stride(0), out.stride(0), cols, BLOCK=block, num_warps=num_warps_for(block)
     )

@@ -30,12 +30,14 @@ triton.looped takes them. Rows are addressed with 64-bit offsets (row * stride c
 float32, float16 and bfloat16 in, float32 math.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import prepare
+from triton_kernels.common import cdiv, next_power_of_2, prepare, sm_count
 
 MAX_N = 32768  # the last power of two that compiles without spills (see above)
 TARGET_BYTES = 16384  # of x per program
@@ -59,14 +61,15 @@ def softmax_multirow_kernel(
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@functools.lru_cache(maxsize=4096)
 def launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> tuple[int, int, int]:
     """(BLOCK_N, ROWS, num_warps) for an (n_rows, n_cols) input. `sms` is the GPU's SM count, or None
-    (the interpreter) to skip spreading a small M over the SMs."""
-    block_n = triton.next_power_of_2(n_cols)
+    (the interpreter) to skip spreading a small M over the SMs. Cached: it is on every launch's path."""
+    block_n = next_power_of_2(n_cols)
     rows = max(1, TARGET_BYTES // (block_n * itemsize))
-    rows = min(rows, triton.next_power_of_2(max(n_rows, 1)))  # no program of mostly masked rows
+    rows = min(rows, next_power_of_2(max(n_rows, 1)))  # no program of mostly masked rows
     if sms is not None:
-        while rows > 1 and triton.cdiv(n_rows, rows) < MIN_PROGRAMS_PER_SM * sms:
+        while rows > 1 and cdiv(n_rows, rows) < MIN_PROGRAMS_PER_SM * sms:
             rows //= 2
     num_warps = min(16, max(4, rows * block_n // (32 * ELEMENTS_PER_THREAD)))
     return block_n, rows, num_warps
@@ -83,13 +86,13 @@ def softmax_multirow(
         raise ValueError(f"triton.multirow: rows of {n_cols} elements exceed the {MAX_N} that fit in one program")
     if x.numel() == 0:
         return out
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else None
+    sms = sm_count(x.device.index) if x.is_cuda else None
     block_n, rows, num_warps = launch_config(n_rows, n_cols, x.element_size(), sms)
     if rows_per_program is not None:
         if rows_per_program < 1 or rows_per_program & (rows_per_program - 1):
             raise ValueError(f"triton.multirow: rows_per_program must be a power of two, got {rows_per_program}")
         rows = rows_per_program
-    softmax_multirow_kernel[(triton.cdiv(n_rows, rows),)](
+    softmax_multirow_kernel[(cdiv(n_rows, rows),)](
         x, out, x.stride(0), out.stride(0), n_rows, n_cols, ROWS=rows, BLOCK_N=block_n, num_warps=num_warps
     )
     return out

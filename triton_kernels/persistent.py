@@ -17,7 +17,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import INTERPRETED, num_warps_for, prepare
+from triton_kernels.common import INTERPRETED, next_power_of_2, num_warps_for, prepare
 from triton_kernels.fused import MAX_N
 
 INTERPRETER_PROGRAMS = 4
@@ -86,7 +86,7 @@ def softmax_persistent(x: torch.Tensor, out: torch.Tensor | None = None) -> torc
         raise ValueError(f"triton.persistent: rows of {cols} elements exceed the {MAX_N} that fit in one program")
     if x.numel() == 0:
         return out
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     num_warps = num_warps_for(block)
     if INTERPRETED:
         num_stages, programs = 1, INTERPRETER_PROGRAMS
