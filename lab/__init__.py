@@ -1,7 +1,8 @@
 """softmax-lab: row-wise softmax in PyTorch, Triton and CUDA C++, checked against float64 and benchmarked.
 
-`lab.softmax(x, dim=-1)` is the lab's fast entry: torch.ops.lab.softmax (cuda.auto) on a tensor of
-any rank. The harness is `python -m lab.test`.
+`lab.softmax(x, dim=-1)` is the lab's fast entry: for each shape, the fastest of the lab's CUDA and
+Triton kernels measured on this GPU model (the variant lab.auto), on a tensor of any rank. The harness
+is `python -m lab.test`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     The leading dimensions are viewed as rows: no copy when the softmax dimension is the last one and
     contiguous and the rows are evenly strided (any 2-D row stride works). Another `dim` is moved
     last first, which costs a copy in and a copy out. Differentiable (the backward is PyTorch's).
-    float32, float16 and bfloat16 CUDA tensors; the lab's kernels accumulate in float32.
+    float32, float16 and bfloat16 CUDA tensors; the lab's kernels accumulate in float32. Under
+    torch.compile it calls torch.ops.lab.softmax (the fastest CUDA variant), whose choice is made in
+    C++ at run time: a Triton choice would be a Python branch on the shape, which Dynamo may have made
+    symbolic.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"lab.softmax: expected a tensor, got {type(x).__name__}")
@@ -23,13 +27,17 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise TypeError(f"lab.softmax: expected float32, float16 or bfloat16, got {x.dtype}")
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"lab.softmax: dim must be an int, got {type(dim).__name__}")
+    rank = max(x.dim(), 1)
+    if not -rank <= dim < rank:
+        raise IndexError(f"lab.softmax: dim {dim} is out of range for a tensor of {x.dim()} dimensions "
+                         f"(expected -{rank} to {rank - 1})")
     if x.device.type != "cuda":
         raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
     from lab.backends.cuda_variants import load_extension
 
     load_extension()
     if x.dim() == 2 and (dim == -1 or dim == 1) and (x.stride(1) == 1 or x.shape[1] <= 1):
-        return route(x)(x)  # rows as they are: the common case, with the least host work
+        return _call(x)  # rows as they are: the common case, with the least host work
     if x.dim() == 0:
         return torch.ops.lab.softmax(x.reshape(1, 1)).reshape(())
     dim = dim % x.dim()
@@ -39,24 +47,49 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if n > 1 and x.stride(-1) != 1:
         x = x.contiguous()
     rows = x.reshape(-1, n) if x.dim() != 2 else x
-    return route(rows)(rows).reshape(x.shape)
+    return _call(rows).reshape(x.shape)
+
+
+def _call(rows: torch.Tensor) -> torch.Tensor:
+    """route(rows)(rows), on the rows' device: a Triton launch goes to the current device."""
+    kernel = route(rows)
+    if kernel is torch.ops.lab.softmax or rows.device.index == torch.cuda.current_device():
+        return kernel(rows)
+    with torch.cuda.device(rows.device):
+        return kernel(rows)
 
 
 def route(rows: torch.Tensor):
     """The function lab.softmax calls on a 2-D CUDA tensor: the Triton entry its table names for the
-    shape (lab/dispatch.py, lab_entries), else torch.ops.lab.softmax (which picks among the CUDA
-    variants). Both are differentiable."""
+    shape and the rows' GPU model (lab/dispatch.py, lab_entries), else torch.ops.lab.softmax (which
+    picks among the CUDA variants); torch.ops.lab.softmax under torch.compile. Both are differentiable.
+    A table naming a Triton variant that cannot run here (not registered, Triton unavailable) warns
+    once and falls back to torch.ops.lab.softmax."""
+    if torch.compiler.is_compiling():
+        return torch.ops.lab.softmax
     from lab import dispatch
 
-    choice = dispatch.lab_choice(rows.shape[0], rows.shape[1], rows.dtype)
+    choice = dispatch.lab_choice(rows.shape[0], rows.shape[1], rows.dtype, rows.device.index or 0)
     if choice is not None and choice.startswith("triton."):
         kernel = _TRITON_KERNELS.get(choice)
         if kernel is None:
-            from lab.registry import get
-
-            kernel = _TRITON_KERNELS[choice] = get("softmax", choice).kernel()
+            kernel = _TRITON_KERNELS[choice] = _triton_kernel(choice)
         return kernel
     return torch.ops.lab.softmax
+
+
+def _triton_kernel(choice: str):
+    """The Triton entry of variant `choice`, or torch.ops.lab.softmax with a warning if it cannot run."""
+    import warnings
+
+    from lab.registry import Unavailable, get
+
+    try:
+        return get("softmax", choice).kernel()
+    except (KeyError, Unavailable) as e:
+        warnings.warn(f"lab.softmax: the dispatch table names {choice}, which cannot run here ({e}); "
+                      "using torch.ops.lab.softmax for those shapes", RuntimeWarning, stacklevel=4)
+        return torch.ops.lab.softmax
 
 
 # The Triton kernels lab.softmax has called, by variant name: looked up in the registry once, not on

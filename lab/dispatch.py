@@ -94,13 +94,11 @@ def choose(entries: list[list], m: int, n: int) -> str | None:
     return group_last[1] if group_last else None
 
 
-@torch.compiler.assume_constant_result
-def lab_choice(m: int, n: int, dtype: torch.dtype) -> str | None:
-    """The variant lab.softmax runs for an (m, n) input of `dtype` on this GPU model ("cuda.<name>" or
-    "triton.<name>"), or None where its table has no entry (lab.softmax then calls torch.ops.lab.softmax).
-    Under torch.compile the choice is a constant of the graph, made once at trace time (Dynamo would
-    otherwise trace the device-name query)."""
-    return _lab_choice(current_gpu(), m, n, dtype)
+def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0) -> str | None:
+    """The variant lab.softmax runs for an (m, n) input of `dtype` on CUDA device `device` ("cuda.<name>"
+    or "triton.<name>", from the table of that device's GPU model), or None where the table has no entry
+    (lab.softmax then calls torch.ops.lab.softmax). Not called under torch.compile (see lab.softmax)."""
+    return _lab_choice(_device_name(device) if torch.cuda.is_available() else "", m, n, dtype)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -117,6 +115,13 @@ def install(table: dict) -> None:
             for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
     torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
     _LAB_TABLES[table["gpu"]] = table.get("lab_entries", {})
+    _lab_choice.cache_clear()
+
+
+def uninstall(gpu: str) -> None:
+    """Forget the table of GPU model `gpu`, in the extension and here (tests restore the committed ones)."""
+    torch.ops.lab_tune.set_auto_table(gpu, [], [])
+    _LAB_TABLES.pop(gpu, None)
     _lab_choice.cache_clear()
 
 

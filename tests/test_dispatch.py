@@ -52,7 +52,7 @@ def installed_extension():
 
     load_extension()
     yield
-    torch.ops.lab_tune.set_auto_table(dispatch.current_gpu(), [], [])  # no table for this model, then
+    dispatch.uninstall(dispatch.current_gpu())  # no table for this model (the C++ one and lab_entries), then
     dispatch.install_committed()  # the committed ones again
 
 
@@ -131,7 +131,8 @@ def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extens
             return "the Triton entry"
 
     monkeypatch.setattr(lab, "_TRITON_KERNELS", {})  # the kernels earlier calls found stay out of it
-    monkeypatch.setattr(dispatch, "lab_choice", lambda m, n, dtype: {1000: "triton.fused", 5000: "cuda.cluster"}.get(n))
+    choices = {1000: "triton.fused", 5000: "cuda.cluster"}
+    monkeypatch.setattr(dispatch, "lab_choice", lambda m, n, dtype, device=0: choices.get(n))
     monkeypatch.setattr(registry, "get", lambda op, name: asked.append((op, name)) or Entry())
     assert lab.route(torch.empty(100, 1000, device="meta")) == "the Triton entry"
     assert asked == [("softmax", "triton.fused")]
@@ -146,3 +147,32 @@ def test_lab_softmax_refuses_cpu_tensors():
         lab.softmax(torch.randn(2, 3))
     with pytest.raises(TypeError, match="expected float32, float16 or bfloat16"):
         lab.softmax(torch.ones(2, 3, dtype=torch.int32, device="meta"))
+
+
+def test_lab_softmax_refuses_a_dim_out_of_range():
+    """As torch.softmax does (it raises IndexError); a wrapped dim would silently reduce another one."""
+    import lab
+
+    for shape, dim in (((2, 3), 2), ((2, 3), -3), ((4,), 1), ((), 1)):
+        with pytest.raises(IndexError, match=f"lab.softmax: dim {dim} is out of range"):
+            lab.softmax(torch.ones(shape, device="meta"), dim)
+
+
+def test_lab_softmax_calls_the_op_under_torch_compile(installed_extension, monkeypatch):
+    """While Dynamo traces, lab.softmax asks no table (M may be symbolic there): torch.ops.lab.softmax
+    chooses in C++ at run time."""
+    import lab
+
+    monkeypatch.setattr(dispatch, "lab_choice", lambda *a: pytest.fail("lab_choice asked while compiling"))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert lab.route(torch.empty(100, 1000, device="meta")) is torch.ops.lab.softmax
+
+
+def test_lab_softmax_falls_back_from_a_triton_choice_that_cannot_run(installed_extension, monkeypatch):
+    import lab
+
+    monkeypatch.setattr(lab, "_TRITON_KERNELS", {})
+    monkeypatch.setattr(dispatch, "lab_choice", lambda *a: "triton.no_such_kernel")
+    with pytest.warns(RuntimeWarning, match="names triton.no_such_kernel, which cannot run here"):
+        assert lab.route(torch.empty(100, 1000, device="meta")) is torch.ops.lab.softmax
+    assert lab.route(torch.empty(100, 1000, device="meta")) is torch.ops.lab.softmax  # remembered: no warning

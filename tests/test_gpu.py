@@ -425,18 +425,21 @@ def test_grid_split_limit_agrees_with_the_launcher(which, dtype):
 
 @pytest.mark.parametrize("launches", [8, 40])
 def test_grid_split_concurrent_streams(launches):
-    """Launches on two streams that may overlap each get their own partial-state scratch: 40 alternating
-    launches (more than the 8 static buffers the launcher once cycled through, which let a launch on one
-    stream overwrite the states of a grid still draining on the other)."""
+    """Launches on three streams that may overlap each get their own partial-state scratch. The launcher
+    once cycled through 8 static buffers in launch order: launches i and i + 8 shared one, and with three
+    streams (3 does not divide 8) they run on different streams, so a grid still draining on one could
+    have its states overwritten from another. The overlap is a race with a narrow window: passing shows
+    correct rows in these runs, not that no interleaving could break them (the stream-ordered scratch
+    is what rules that out)."""
     v = grid_split()
     kernel = kernel_for(v, Shape(2, 2**18), torch.float32)
     xs = [inputs.make_input(Shape(2, 2**18), torch.float32, "cuda", seed) for seed in range(launches)]
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    streams = [torch.cuda.Stream() for _ in range(3)]
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())
     outs = []
     for i, x in enumerate(xs):
-        with torch.cuda.stream(streams[i % 2]):
+        with torch.cuda.stream(streams[i % len(streams)]):
             outs.append(kernel(x))
     for s in streams:
         torch.cuda.current_stream().wait_stream(s)
@@ -463,11 +466,15 @@ def test_lab_softmax_runs_what_its_table_names():
     checked = 0
     for name, entries in dispatch.load(path).get("lab_entries", {}).items():
         dtype = getattr(torch, name)
-        for n, m, _, _ in entries:
+        for n, m, variant, _ in entries:
             rows = min(m, max(1, 2**22 // n))
+            # The committed table's choice (fewer rows than the entry's M may fall to an entry of smaller
+            # M), and the installed table must make the same one.
+            choice = dispatch.choose(entries, rows, n)
+            assert choice == variant or rows < m, f"{m}x{n} {name}: the entry names {variant}, the rule {choice}"
+            assert dispatch.lab_choice(rows, n, dtype) == choice, f"{rows}x{n} {name}: the installed table differs"
             x = torch.randn(rows, n, device="cuda", dtype=dtype)
-            choice = dispatch.lab_choice(rows, n, dtype)
-            run = get("softmax", choice).kernel() if choice and choice.startswith("triton.") else torch.ops.lab.softmax
+            run = get("softmax", choice).kernel() if choice.startswith("triton.") else torch.ops.lab.softmax
             assert torch.equal(lab.softmax(x), run(x)), f"{rows}x{n} {name}: lab.softmax is not {choice}"
             checked += 1
     assert checked, "the committed table has no lab_entries"
@@ -495,3 +502,20 @@ def test_lab_softmax_asks_the_registry_once_per_kernel(monkeypatch):
     monkeypatch.setattr(registry, "load_backends", refuse)
     for x in xs:
         torch.testing.assert_close(lab.softmax(x), torch.softmax(x.float(), -1).to(x.dtype))
+
+
+@pytest.mark.parametrize("name", ["lab.auto", *(v.name for v in OWN if v.backend == "triton")])
+def test_compiles_fullgraph_as_the_rows_change(name):
+    """torch.compile(fullgraph=True) of the fast entry and of each Triton entry, called with three row
+    counts: the second call makes M symbolic (automatic dynamic shapes), which a Python choice on M or a
+    functools cache on the wrapper's path would break."""
+    from lab.registry import get
+
+    v = get("softmax", name)
+    if reason := v.availability():
+        pytest.skip(reason)
+    torch._dynamo.reset()
+    f = torch.compile(v.kernel(), fullgraph=True)
+    for m in (512, 1024, 2048):
+        x = torch.randn(m, 1000, device="cuda")
+        torch.testing.assert_close(f(x), torch.softmax(x, -1))

@@ -371,3 +371,19 @@ def test_plain_int_helpers_match_triton():
     """The wrappers' host-side next_power_of_2 and cdiv (cheaper on every launch) agree with Triton's."""
     assert all(common.next_power_of_2(n) == triton.next_power_of_2(n) for n in range(0, 70000))
     assert all(common.cdiv(a, b) == triton.cdiv(a, b) for a in range(0, 400) for b in range(1, 50))
+
+
+@pytest.mark.parametrize("kernel", [multirow.softmax_multirow, fused.softmax_fused], ids=["multirow", "fused"])
+def test_wrappers_take_the_uncached_path_while_compiling(kernel, monkeypatch):
+    """Under torch.compile the wrappers use Triton's own helpers and no functools cache (Dynamo refuses
+    to trace into one); the result is the same."""
+    x = irregular(13, 100, torch.float32)
+    expected = kernel(x)
+    used = []
+    real = triton.next_power_of_2
+    monkeypatch.setattr(triton, "next_power_of_2", lambda n: used.append(n) or real(n))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    before = multirow.launch_config.cache_info()
+    assert torch.equal(kernel(x), expected)
+    assert used, "Triton's next_power_of_2 was not used while compiling"
+    assert multirow.launch_config.cache_info() == before, "the cached launch_config was called while compiling"

@@ -4,6 +4,7 @@ import functools
 import os
 
 import torch
+import triton
 
 # Whether the kernels of this process run under the Triton interpreter: decided when @triton.jit runs,
 # that is when these modules are imported, by TRITON_INTERPRET=1 (on CPU tensors, without a GPU).
@@ -25,18 +26,30 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 # Plain-int forms of triton.next_power_of_2 and triton.cdiv: the wrappers call these on every launch, and
-# Triton's own go through its constexpr machinery (a few microseconds each on the host).
+# Triton's own go through its constexpr machinery (a few microseconds each on the host). Under
+# torch.compile, Triton's own, which Dynamo traced before these existed.
 def next_power_of_2(n: int) -> int:
+    if torch.compiler.is_compiling():
+        return triton.next_power_of_2(n)
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 def cdiv(a: int, b: int) -> int:
+    if torch.compiler.is_compiling():
+        return triton.cdiv(a, b)
     return -(-a // b)
 
 
-@functools.cache
 def sm_count(index: int) -> int:
-    """The SM count of CUDA device `index`, asked once (not on every launch)."""
+    """The SM count of CUDA device `index`: asked once (not on every launch), except under torch.compile,
+    where Dynamo traces the query (it refuses to trace into a functools cache)."""
+    if torch.compiler.is_compiling():
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_count(index)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 

@@ -87,7 +87,9 @@ def softmax_multirow(
     if x.numel() == 0:
         return out
     sms = sm_count(x.device.index) if x.is_cuda else None
-    block_n, rows, num_warps = launch_config(n_rows, n_cols, x.element_size(), sms)
+    # Under torch.compile the uncached function: Dynamo refuses to trace into a functools cache.
+    config = launch_config.__wrapped__ if torch.compiler.is_compiling() else launch_config
+    block_n, rows, num_warps = config(n_rows, n_cols, x.element_size(), sms)
     if rows_per_program is not None:
         if rows_per_program < 1 or rows_per_program & (rows_per_program - 1):
             raise ValueError(f"triton.multirow: rows_per_program must be a power of two, got {rows_per_program}")
