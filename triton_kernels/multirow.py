@@ -61,10 +61,9 @@ def softmax_multirow_kernel(
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@functools.lru_cache(maxsize=4096)
-def launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> tuple[int, int, int]:
+def compute_launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> tuple[int, int, int]:
     """(BLOCK_N, ROWS, num_warps) for an (n_rows, n_cols) input. `sms` is the GPU's SM count, or None
-    (the interpreter) to skip spreading a small M over the SMs. Cached: it is on every launch's path."""
+    (the interpreter) to skip spreading a small M over the SMs. launch_config is it, cached."""
     block_n = next_power_of_2(n_cols)
     rows = max(1, TARGET_BYTES // (block_n * itemsize))
     rows = min(rows, next_power_of_2(max(n_rows, 1)))  # no program of mostly masked rows
@@ -73,6 +72,10 @@ def launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> t
             rows //= 2
     num_warps = min(16, max(4, rows * block_n // (32 * ELEMENTS_PER_THREAD)))
     return block_n, rows, num_warps
+
+
+# Cached: it is on every launch's path (a few microseconds of host time each).
+launch_config = functools.lru_cache(maxsize=4096)(compute_launch_config)
 
 
 @differentiable
@@ -88,7 +91,7 @@ def softmax_multirow(
         return out
     sms = sm_count(x.device.index) if x.is_cuda else None
     # Under torch.compile the uncached function: Dynamo refuses to trace into a functools cache.
-    config = launch_config.__wrapped__ if torch.compiler.is_compiling() else launch_config
+    config = compute_launch_config if torch.compiler.is_compiling() else launch_config
     block_n, rows, num_warps = config(n_rows, n_cols, x.element_size(), sms)
     if rows_per_program is not None:
         if rows_per_program < 1 or rows_per_program & (rows_per_program - 1):
