@@ -176,3 +176,17 @@ def test_lab_softmax_falls_back_from_a_triton_choice_that_cannot_run(installed_e
     with pytest.warns(RuntimeWarning, match="names triton.no_such_kernel, which cannot run here"):
         assert lab.route(torch.empty(100, 1000, device="meta")) is torch.ops.lab.softmax
     assert lab.route(torch.empty(100, 1000, device="meta")) is torch.ops.lab.softmax  # remembered: no warning
+
+
+def test_lab_softmax_rows_trace_in_one_graph_as_m_changes(installed_extension, monkeypatch):
+    """Dynamo traces lab.softmax's call on its rows as one graph, also once the row count is symbolic
+    (the second and third calls), where the table names a Triton kernel for the shape: meta tensors, so
+    that it runs without a GPU (the op's fake kernel)."""
+    import lab
+
+    monkeypatch.setattr(dispatch, "lab_choice", lambda m, n, dtype, device=0: "triton.fused")  # a table's choice
+    torch._dynamo.reset()
+    f = torch.compile(lab._call, backend="eager", fullgraph=True)
+    for m in (512, 1024, 2048):
+        y = f(torch.empty(m, 1000, device="meta"))
+        assert y.shape == (m, 1000) and y.device.type == "meta"
