@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import lab  # noqa: E402
-from lab import dispatch, inputs, registry  # noqa: E402
+from lab import dispatch, env, inputs, registry  # noqa: E402
 
 DEFAULT_SHAPES = ["4096x128", "4096x1024", "16384x4096"]
 
@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"shape": shape.label, "dtype": name, "routed": routed, "us_per_call": got})
             print(f"{shape.label} {name}: " + ", ".join(f"{k} {v:.1f} us" for k, v in got.items()), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(0), "calls": args.calls,
-                                         "rows": rows}, indent=1) + "\n")
+        path = dispatch.table_path(dispatch.current_gpu())
+        table = dispatch.load(path).get("source", "?") if path.exists() else "none (no table for this GPU model)"
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(0), "commit": env.git_commit(),
+                                         "dispatch_table": table, "calls": args.calls, "rows": rows},
+                                        indent=1) + "\n")
     return 0
 
 

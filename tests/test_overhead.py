@@ -24,6 +24,8 @@ def test_times_each_entry(tmp_path, capsys):
 
     out = tmp_path / "o.json"
     assert overhead.main(["--shape", "64x128", "--dtype", "bfloat16", "--calls", "10", "--json", str(out)]) == 0
-    row = json.loads(out.read_text())["rows"][0]
+    saved = json.loads(out.read_text())
+    assert saved["commit"] and saved["dispatch_table"]  # what was timed, with which table
+    row = saved["rows"][0]
     assert set(row["us_per_call"]) >= {"lab.softmax", "torch.ops.lab.softmax", "torch.softmax"}
     assert all(v > 0 for v in row["us_per_call"].values())
