@@ -18,6 +18,9 @@
 #                                 <committed JSONs> --skip-sanitizers`, then `sanitize`; merge its checks.txt
 #                                 header and tool lines here with `python scripts/trust.py --refuzz --fuzz-json
 #                                 <JSONs> --sanitizer-summary <file>` (results/h200/trust/README.md).
+#   PROFILE="peer.quack 256x262144 bfloat16;cuda.cluster 256x262144 bfloat16" bash scripts/h200.sh profile
+#                                 build, then Nsight Compute on each point (profile.txt; the default PROFILE
+#                                 is below; a peer needs the peers installed)
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are
@@ -84,6 +87,11 @@ tune() {
     exit $rc
   } 2>&1 | tee "$OUT/tune.txt" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  profile
+}
+
+# Nsight Compute on each point of PROFILE (a peer's too, with the peers installed): profile.txt.
+profile() {
   IFS=';' read -ra points <<<"$PROFILE"  # PROFILE="" profiles nothing
   for pt in "${points[@]}"; do
     echo "== ncu $pt"; bash scripts/profile.sh $pt
@@ -99,12 +107,13 @@ case "$MODE" in
   checks) tests; sanitize ;;
   full) lab; tests; sanitize ;;
   tune) tune ;;
+  profile) profile ;;
   fuzz) $PYTHON -m lab.fuzz --cases 10000 --max-elements 4194304 --json "$OUT/fuzz.json" "$@" 2>&1 |
           grep --line-buffered -v "^W1" | tee "$OUT/fuzz.txt" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
   trust) $PYTHON scripts/trust.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
          [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|fuzz|trust"; exit 2 ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|profile|fuzz|trust"; exit 2 ;;
 esac
 # The device tool returns 8 files at most: the results folder travels as one archive.
 [ -d "$OUT/h200" ] && tar czf "$OUT/h200.tgz" -C "$OUT" h200 && rm -rf "$OUT/h200"
