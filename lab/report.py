@@ -173,19 +173,74 @@ def load_json(path: Path) -> tuple[dict, list[Result]]:
     return data, [Result(**r) for r in data["results"]]
 
 
+# How a variant's line looks: the line style and marker by backend, so that a colour shared by two
+# variants (more variants than colours) still tells them apart; the fast entries (backend lab, or a
+# name ending in .auto) drawn thick and on top.
+BACKEND_STYLE = {"torch": (":", "x"), "triton": ("--", "s"), "cuda": ("-", "o"), "lab": ("-", "*"),
+                 "peer": ("-.", "^")}
+
+
+def is_fast_entry(r: Result) -> bool:
+    return r.backend == "lab" or r.variant.endswith(".auto")
+
+
+def _line_styles(results: list[Result]) -> dict[str, dict]:
+    """matplotlib keyword arguments per variant, the same in every panel: a colour by order of first
+    appearance, fast entries and peers first (tab10 for up to 10 variants; else tab20's dark hues, then
+    its light ones), the backend's line style and marker, thicker for fast entries and peers."""
+    import matplotlib
+
+    first: dict[str, Result] = {}
+    for r in results:
+        first.setdefault(r.variant, r)
+    if len(first) <= 10:
+        palette = [matplotlib.colormaps["tab10"](i) for i in range(10)]
+    else:
+        tab20 = matplotlib.colormaps["tab20"]
+        palette = [tab20(i) for i in (*range(0, 20, 2), *range(1, 20, 2))]
+    # The fast entries and the peers take the first (strongest) colours, the others follow in order.
+    ranked = sorted(first.items(), key=lambda kv: 0 if is_fast_entry(kv[1]) else 1 if kv[1].backend == "peer" else 2)
+    styles = {}
+    for i, (v, r) in enumerate(ranked):
+        line, marker = BACKEND_STYLE.get(r.backend, ("-", "o"))
+        fast = is_fast_entry(r)
+        styles[v] = dict(color=palette[i % len(palette)], ls=line, marker=marker, ms=6 if fast else 3.5,
+                         lw=2.6 if fast else 1.8 if r.backend == "peer" else 1.1, zorder=5 if fast else 2,
+                         label=v)
+    return styles
+
+
+def _figure(dtypes: list[str]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False, sharey=True)
+    return plt, fig, axes[0]
+
+
+def _finish(plt, fig, axes, path: Path, y_label: str) -> None:
+    axes[0].set_ylabel(y_label)
+    # One legend for all panels (a variant may have points in one dtype only), beside them, not
+    # over them: the lines fill every corner of the plot.
+    legend = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(legend.values(), legend.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def plot(results: list[Result], path: Path, title: str, x_label: str = "N (row length)",
          bytes_formula: str = "2·M·N·itemsize") -> bool:
-    """GB/s against N, one panel per dtype, one line per variant, the copy ceiling dashed."""
+    """GB/s against N, one panel per dtype, one line per variant (styled by backend), the copy ceiling
+    dashed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt, fig, axes = _figure(list(dict.fromkeys(r.dtype for r in results)))
     except ImportError:
         return False
-    dtypes = list(dict.fromkeys(r.dtype for r in results))
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False, sharey=True)
-    for ax, dtype in zip(axes[0], dtypes, strict=True):
+    styles = _line_styles(results)
+    for ax, dtype in zip(axes, dict.fromkeys(r.dtype for r in results), strict=True):
         rs = [r for r in results if r.dtype == dtype]
         copy = sorted({(r.n, r.copy_gbps) for r in rs if r.copy_gbps})
         if copy:
@@ -193,17 +248,83 @@ def plot(results: list[Result], path: Path, title: str, x_label: str = "N (row l
         for v in dict.fromkeys(r.variant for r in rs):
             pts = sorted((r.n, r.gbps) for r in rs if r.variant == v and r.status == "ok" and r.gbps)
             if pts:
-                ax.plot([n for n, _ in pts], [g for _, g in pts], marker="o", ms=3, label=v)
+                ax.plot([n for n, _ in pts], [g for _, g in pts], **styles[v])
         ax.set_xscale("log", base=2)
         ax.set_xlabel(x_label)
         ax.set_title(f"{title}, {dtype}")
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel(f"GB/s  ({bytes_formula} / time)")
-    # One legend for all panels (a variant may have points in one dtype only), beside them, not
-    # over them: the lines fill every corner of the plot.
-    legend = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    fig.legend(legend.values(), legend.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _finish(plt, fig, axes, path, f"GB/s  ({bytes_formula} / time)")
     return True
+
+
+def entries_variants(results: list[Result]) -> list[str]:
+    """The variants of the entries plot: the fast entries, the peers, and PyTorch's variants that move the
+    bytes once (traffic model 1 read + 1 write: what a user would otherwise call)."""
+    keep = [r.variant for r in results if is_fast_entry(r) or r.backend == "peer"
+            or (r.backend == "torch" and r.model_reads == 1 and r.model_writes == 1)]
+    return list(dict.fromkeys(keep))
+
+
+def plot_entries(results: list[Result], path: Path, title: str, x_label: str = "N (row length)") -> bool:
+    """Percent of the same-run copy against N for the fast entries, the peers and PyTorch's one-pass
+    variants only (entries_variants), with the copy (100%) and 95% of it drawn: the plot to read the
+    lab's standing from. False (no file) where matplotlib is missing or no fast entry was timed."""
+    chosen = set(entries_variants(results))
+    rs_all = [r for r in results if r.variant in chosen and r.status == "ok" and r.pct_copy]
+    if not any(is_fast_entry(r) for r in rs_all):
+        return False
+    try:
+        plt, fig, axes = _figure(list(dict.fromkeys(r.dtype for r in rs_all)))
+    except ImportError:
+        return False
+    styles = _line_styles(rs_all)  # its own colours: few lines, each distinct
+    for ax, dtype in zip(axes, dict.fromkeys(r.dtype for r in rs_all), strict=True):
+        rs = [r for r in rs_all if r.dtype == dtype]
+        ax.axhline(100, color="k", ls="--", lw=1.5, label="copy (100%)")
+        ax.axhline(95, color="k", ls=":", lw=1, label="95% of the copy")
+        for v in dict.fromkeys(r.variant for r in rs):
+            pts = sorted((r.n, r.pct_copy) for r in rs if r.variant == v)
+            ax.plot([n for n, _ in pts], [p for _, p in pts], **styles[v])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(x_label)
+        ax.set_title(f"{title}, {dtype}")
+        ax.grid(True, alpha=0.3)
+    _finish(plt, fig, axes, path, "% of the same-run copy (same bytes, same timing)")
+    return True
+
+
+def redraw(results_json: Path, out: Path | None = None) -> list[Path]:
+    """Draw the plots of a saved run again (e.g. after a change to the plotting), from its results.json:
+    per sweep, the GB/s plot and the entries plot, into `out` (default: beside the JSON). Nothing is
+    measured. Returns the files written."""
+    from lab import operators
+
+    data, results = load_json(results_json)
+    op = operators.get(data.get("operator", "softmax"))
+    out = out or results_json.parent
+    written = []
+    for sweep in dict.fromkeys(r.sweep for r in results):
+        rs = [r for r in results if r.sweep == sweep]
+        if plot(rs, out / f"{sweep}.png", f"{op.name}, {sweep} sweep", op.x_label, op.bytes_formula):
+            written.append(out / f"{sweep}.png")
+        if plot_entries(rs, out / f"{sweep}_entries.png", f"{op.name}, {sweep} sweep", op.x_label):
+            written.append(out / f"{sweep}_entries.png")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m lab.report", description=redraw.__doc__.split(":")[0])
+    p.add_argument("results_json", type=Path, help="a results.json written by python -m lab.test")
+    p.add_argument("--out", type=Path, help="folder for the plots (default: the JSON's)")
+    args = p.parse_args(argv)
+    if not args.results_json.exists():
+        raise SystemExit(f"lab.report: {args.results_json} does not exist")
+    written = redraw(args.results_json, args.out)
+    print("\n".join(f"wrote {w}" for w in written) or "lab.report: nothing to draw (is matplotlib installed?)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

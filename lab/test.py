@@ -380,6 +380,9 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
         rs = [r for r in results if r.sweep == sweep]
         if report.plot(rs, out / f"{sweep}.png", f"{op.name}, {sweep} sweep", op.x_label, op.bytes_formula):
             md += [f"![{sweep} sweep]({sweep}.png)", ""]
+        if report.plot_entries(rs, out / f"{sweep}_entries.png", f"{op.name}, {sweep} sweep", op.x_label):
+            md += ["The fast entries, the peers and PyTorch's one-pass variants alone, in percent of the copy:", "",
+                   f"![{sweep} sweep, fast entries]({sweep}_entries.png)", ""]
     if summary := teaching_summary(op, results):
         md += [f"## Percent of each variant's modeled ceiling ({op.gpu_sweeps[0]} sweep, largest N)", "",
                f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model). "

@@ -1,0 +1,61 @@
+"""lab.report's plots (no GPU: synthetic records): the styles, the entries plot's choice of variants, and
+`python -m lab.report` redrawing a saved run."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from lab import report
+from lab.report import Result
+
+pytest.importorskip("matplotlib")
+
+
+def record(variant, backend, n, pct, sweep="fixed", dtype="float32", reads=1, writes=1, status="ok"):
+    return Result(sweep=sweep, variant=variant, backend=backend, dtype=dtype, m=64, n=n, row_stride=n,
+                  status=status, gbps=40 * pct, copy_gbps=4000.0, pct_copy=pct, model_reads=reads,
+                  model_writes=writes)
+
+
+RUN = [record(v, b, n, p, reads=r, writes=w) for n in (256, 4096) for v, b, p, r, w in (
+    ("torch.softmax", "torch", 60, 1, 1), ("torch.naive", "torch", 20, 5, 3), ("triton.fused", "triton", 90, 1, 1),
+    ("cuda.cluster", "cuda", 85, 1, 1), ("cuda.auto", "cuda", 92, 1, 1), ("lab.auto", "lab", 97, 1, 1),
+    ("peer.quack", "peer", 99, 1, 1))]
+
+
+def test_the_entries_plot_takes_the_fast_entries_the_peers_and_pytorchs_one_pass_variants():
+    assert report.entries_variants(RUN) == ["torch.softmax", "cuda.auto", "lab.auto", "peer.quack"]
+
+
+def test_styles_set_fast_entries_and_peers_apart():
+    styles = report._line_styles(RUN)
+    colours = [s["color"] for s in styles.values()]
+    assert len(set(colours)) == len(colours), "each variant its own colour (7 variants, 10 colours)"
+    assert styles["lab.auto"]["lw"] > styles["peer.quack"]["lw"] > styles["cuda.cluster"]["lw"]
+    assert styles["cuda.auto"]["lw"] == styles["lab.auto"]["lw"] and styles["lab.auto"]["zorder"] > 2
+    assert styles["torch.softmax"]["ls"] == ":" and styles["triton.fused"]["ls"] == "--"
+    # The first colours go to the fast entries and the peers, whatever the order of the records.
+    first = {report._line_styles(RUN)[v]["color"] for v in ("cuda.auto", "lab.auto", "peer.quack")}
+    assert first == {report._line_styles(RUN[::-1])[v]["color"] for v in ("cuda.auto", "lab.auto", "peer.quack")}
+
+
+def test_plots_are_written(tmp_path):
+    assert report.plot(RUN, tmp_path / "a.png", "softmax, fixed sweep")
+    assert report.plot_entries(RUN, tmp_path / "b.png", "softmax, fixed sweep")
+    assert (tmp_path / "a.png").stat().st_size > 10_000 and (tmp_path / "b.png").stat().st_size > 10_000
+    others = [r for r in RUN if r.variant in ("triton.fused", "cuda.cluster", "peer.quack", "torch.softmax")]
+    assert not report.plot_entries(others, tmp_path / "c.png", "t"), "no fast entry timed: no file"
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_redraw_a_saved_run(tmp_path, capsys):
+    tutorial = [record(r.variant, r.backend, r.n, r.pct_copy, sweep="tutorial") for r in RUN]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"operator": "softmax", "results": [asdict(r) for r in RUN + tutorial]}))
+    assert report.main([str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "fixed.png", "fixed_entries.png", "tutorial.png", "tutorial_entries.png"]
+    assert capsys.readouterr().out.count("wrote ") == 4
+    with pytest.raises(SystemExit, match="does not exist"):
+        report.main([str(tmp_path / "missing.json")])
