@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from lab.env import ROOT
-from lab.registry import variants
+from lab.registry import dtype_name, variants
 
 AUTO = "cuda.auto"
 LAB = "lab.auto"  # the variant that times lab.softmax
@@ -104,7 +104,7 @@ def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0) -> str | Non
 @functools.lru_cache(maxsize=4096)
 def _lab_choice(gpu: str, m: int, n: int, dtype: torch.dtype) -> str | None:
     """lab_choice, remembered per shape (it is on every call's path); install() forgets them all."""
-    entries = _LAB_TABLES.get(gpu, {}).get(str(dtype).removeprefix("torch."), [])
+    entries = _LAB_TABLES.get(gpu, {}).get(dtype_name(dtype), [])
     return choose(entries, m, n) if entries else None
 
 
@@ -148,6 +148,12 @@ def table_path(gpu: str, root: Path = ROOT) -> Path:
 
 def load(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def saved_entries(key: str, dtype: torch.dtype) -> list[list]:
+    """One dtype's `entries` or `lab_entries` (key) of the saved table of this GPU model ([] without one)."""
+    path = table_path(current_gpu())
+    return (load(path) if path.exists() else {}).get(key, {}).get(dtype_name(dtype), [])
 
 
 def save(table: dict, path: Path) -> None:

@@ -293,6 +293,21 @@ def plot_entries(results: list[Result], path: Path, title: str, x_label: str = "
     return True
 
 
+def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
+    """Per sweep of `results` (one operator's), the plots drawn into `out`: `<sweep>.png` (plot) and, where a
+    fast entry was timed, `<sweep>_entries.png` (plot_entries). Nothing where matplotlib is missing."""
+    drawn: dict[str, list[Path]] = {}
+    for sweep in dict.fromkeys(r.sweep for r in results):
+        rs = [r for r in results if r.sweep == sweep]
+        title = f"{op.name}, {sweep} sweep"
+        files = drawn.setdefault(sweep, [])
+        if plot(rs, out / f"{sweep}.png", title, op.x_label, op.bytes_formula):
+            files.append(out / f"{sweep}.png")
+        if plot_entries(rs, out / f"{sweep}_entries.png", title, op.x_label):
+            files.append(out / f"{sweep}_entries.png")
+    return drawn
+
+
 def redraw(results_json: Path, out: Path | None = None) -> list[Path]:
     """Draw the plots of a saved run again (e.g. after a change to the plotting), from its results.json:
     per sweep, the GB/s plot and the entries plot, into `out` (default: beside the JSON). Nothing is
@@ -300,16 +315,8 @@ def redraw(results_json: Path, out: Path | None = None) -> list[Path]:
     from lab import operators
 
     data, results = load_json(results_json)
-    op = operators.get(data.get("operator", "softmax"))
-    out = out or results_json.parent
-    written = []
-    for sweep in dict.fromkeys(r.sweep for r in results):
-        rs = [r for r in results if r.sweep == sweep]
-        if plot(rs, out / f"{sweep}.png", f"{op.name}, {sweep} sweep", op.x_label, op.bytes_formula):
-            written.append(out / f"{sweep}.png")
-        if plot_entries(rs, out / f"{sweep}_entries.png", f"{op.name}, {sweep} sweep", op.x_label):
-            written.append(out / f"{sweep}_entries.png")
-    return written
+    drawn = sweep_plots(results, operators.get(data.get("operator", "softmax")), out or results_json.parent)
+    return [path for files in drawn.values() for path in files]
 
 
 def main(argv: list[str] | None = None) -> int:

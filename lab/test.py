@@ -376,11 +376,11 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     for (sweep, dtype), rs in report.grouped(results).items():
         header, rows = report.table_rows(rs, op.shape_label, args.metrics)
         md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
-    for sweep in dict.fromkeys(r.sweep for r in results):
-        rs = [r for r in results if r.sweep == sweep]
-        if report.plot(rs, out / f"{sweep}.png", f"{op.name}, {sweep} sweep", op.x_label, op.bytes_formula):
+    for sweep, files in report.sweep_plots(results, op, out).items():
+        names = {f.name for f in files}
+        if f"{sweep}.png" in names:
             md += [f"![{sweep} sweep]({sweep}.png)", ""]
-        if report.plot_entries(rs, out / f"{sweep}_entries.png", f"{op.name}, {sweep} sweep", op.x_label):
+        if f"{sweep}_entries.png" in names:
             md += ["The fast entries, the peers and PyTorch's one-pass variants alone, in percent of the copy:", "",
                    f"![{sweep} sweep, fast entries]({sweep}_entries.png)", ""]
     if summary := teaching_summary(op, results):

@@ -185,9 +185,7 @@ def auto_thresholds(dtype: torch.dtype) -> list[int]:
     """The row lengths of the dispatch table of this GPU model (lab/dispatch.py), and the default rule's."""
     from lab import dispatch
 
-    path = dispatch.table_path(dispatch.current_gpu())
-    table = dispatch.load(path) if path.exists() else {"entries": {}}
-    return sorted({e[0] for e in table["entries"].get(str(dtype).removeprefix("torch."), [])} | {2048, 8192})
+    return sorted({e[0] for e in dispatch.saved_entries("entries", dtype)} | {2048, 8192})
 
 
 def rebuild_auto_table(results: list) -> None:

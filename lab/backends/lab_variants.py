@@ -23,10 +23,8 @@ def thresholds(dtype: torch.dtype) -> list[int]:
     """auto's row lengths, and those where lab.softmax's own entries change variant."""
     from lab import dispatch
 
-    path = dispatch.table_path(dispatch.current_gpu())
-    entries = (dispatch.load(path) if path.exists() else {}).get("lab_entries", {})
-    return sorted({e[0] for e in entries.get(str(dtype).removeprefix("torch."), [])}
-                  | set(cuda_variants.auto_thresholds(dtype)))
+    lab_lengths = {e[0] for e in dispatch.saved_entries("lab_entries", dtype)}
+    return sorted(lab_lengths | set(cuda_variants.auto_thresholds(dtype)))
 
 
 LAB_SOFTMAX = register(Variant(
