@@ -61,15 +61,17 @@ def softmax_multirow_kernel(
     tl.store(y_ptr + rows[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def compute_launch_config(n_rows: int, n_cols: int, itemsize: int, sms: int | None) -> tuple[int, int, int]:
+def compute_launch_config(n_rows: int | None, n_cols: int, itemsize: int, sms: int | None) -> tuple[int, int, int]:
     """(BLOCK_N, ROWS, num_warps) for an (n_rows, n_cols) input. `sms` is the GPU's SM count, or None
-    (the interpreter) to skip spreading a small M over the SMs. launch_config is it, cached."""
+    (the interpreter) to skip spreading a small M over the SMs. n_rows None: M is not known (symbolic
+    under torch.compile), and the config depends on N alone. launch_config is it, cached."""
     block_n = next_power_of_2(n_cols)
     rows = max(1, TARGET_BYTES // (block_n * itemsize))
-    rows = min(rows, next_power_of_2(max(n_rows, 1)))  # no program of mostly masked rows
-    if sms is not None:
-        while rows > 1 and cdiv(n_rows, rows) < MIN_PROGRAMS_PER_SM * sms:
-            rows //= 2
+    if n_rows is not None:
+        rows = min(rows, next_power_of_2(max(n_rows, 1)))  # no program of mostly masked rows
+        if sms is not None:
+            while rows > 1 and cdiv(n_rows, rows) < MIN_PROGRAMS_PER_SM * sms:
+                rows //= 2
     num_warps = min(16, max(4, rows * block_n // (32 * ELEMENTS_PER_THREAD)))
     return block_n, rows, num_warps
 
@@ -90,9 +92,12 @@ def softmax_multirow(
     if x.numel() == 0:
         return out
     sms = sm_count(x.device.index) if x.is_cuda else None
-    # Under torch.compile the uncached function: Dynamo refuses to trace into a functools cache.
-    config = compute_launch_config if torch.compiler.is_compiling() else launch_config
-    block_n, rows, num_warps = config(n_rows, n_cols, x.element_size(), sms)
+    if torch.compiler.is_compiling():
+        # The uncached function (Dynamo refuses to trace into a functools cache), and M left out: it
+        # is symbolic once a second M has been seen, and Triton takes ROWS and num_warps as constants.
+        block_n, rows, num_warps = compute_launch_config(None, n_cols, x.element_size(), sms)
+    else:
+        block_n, rows, num_warps = launch_config(n_rows, n_cols, x.element_size(), sms)
     if rows_per_program is not None:
         if rows_per_program < 1 or rows_per_program & (rows_per_program - 1):
             raise ValueError(f"triton.multirow: rows_per_program must be a power of two, got {rows_per_program}")
