@@ -168,15 +168,23 @@ struct Exchange {
   MaxSum slots[2][kMaxCluster * kMaxWarps];  // [parity][rank * warps + warp]
 };
 
-// Before the row loop, by every thread: the mbarriers are set up and visible to the cluster before
-// any peer can send.
-__device__ __forceinline__ void exchange_init(Exchange& ex, cg::cluster_group& cluster) {
+// The mbarriers must be set up, and visible to the cluster, before any peer sends to them: a cluster
+// barrier, split in two so that its latency hides behind the first row's loads. exchange_arrive,
+// before the row loop, by every thread: set up this CTA's mbarriers and arrive. exchange_row's first
+// row waits, before its first send (cluster_wait). A cluster of one CTA has no peers and skips both.
+// No barrier is needed at the end either: the only accesses to a CTA's shared memory from its peers
+// are their sends into its slots, and each CTA's last row waits until all of them have landed, so
+// none is in flight when it exits (a CTA without rows, which the launchers never make, waits on
+// the barrier at the end instead).
+__device__ __forceinline__ void exchange_arrive(Exchange& ex, int c) {
+  if (c == 1) return;
   if (threadIdx.x == 0) {
     for (int p = 0; p < 2; ++p) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&ex.bar[p])));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  cluster.sync();
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // The row's state from this thread's state: warp reduction, exchange, merge. `row_index` counts
 // the rows this CTA has done (it picks the slot set and the mbarrier phase).
@@ -198,6 +206,7 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
     MaxSum s = lane < WARPS ? ex.slots[parity][lane] : MaxSumMerge::identity();
     return warp_state(s);
   }
+  if (row_index == 0) cluster_wait();  // every peer's mbarriers are set up (exchange_arrive)
   const unsigned bar = smem_u32(&ex.bar[parity]);
   if (threadIdx.x == 0) {  // this CTA expects warps x cluster states of 8 bytes
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
@@ -233,8 +242,10 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
   return warp_state(s);
 }
 
-// After the row loop: no CTA exits while a peer may still send into it.
-__device__ __forceinline__ void exchange_finish(cg::cluster_group& cluster) { cluster.sync(); }
+// After the row loop: a CTA that did no row still owes the cluster barrier its wait.
+__device__ __forceinline__ void exchange_finish(int rows_done, int c) {
+  if (rows_done == 0 && c > 1) cluster_wait();
+}
 
 // --- the resident path: the CTA's slice held in registers ----------------------------------------
 
@@ -343,9 +354,9 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
     }
   };
 
-  exchange_init(ex, cluster);
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) fetch(first_row + s * row_step, s);
+  exchange_arrive(ex, c);  // after the first rows' copies are issued: the barrier waits behind them
 
   int stage = 0;
   int row_index = 0;
@@ -429,7 +440,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
     }
   }
   if constexpr (STAGES > 0) cp_async_wait<0>();  // no copy may land in shared memory after the CTA has exited
-  exchange_finish(cluster);
+  exchange_finish(row_index, c);
 }
 
 // --- the streaming path: rows beyond the registers of 16 CTAs, or misaligned rows ----------------
@@ -446,7 +457,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   const int c = static_cast<int>(cluster.num_blocks());
   const int c0 = static_cast<int>(cluster.block_rank()) * slice_cols;
   const int n = max(0, min(slice_cols, cols - c0));
-  exchange_init(ex, cluster);
+  exchange_arrive(ex, c);
   int row_index = 0;
   for (int64_t row = blockIdx.x / c; row < rows; row += gridDim.x / c, ++row_index) {
     const T* xr = x + row * x_stride + c0;
@@ -458,6 +469,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     const float inv_d = 1.0f / s.d;
     row_transform<kStreamThreads, kStreamUnroll>(xr, yr, n, [&](float e) { return __expf(e - m) * inv_d; });
   }
+  exchange_finish(row_index, c);
 }
 
 // --- launch ---------------------------------------------------------------------------------------
