@@ -239,7 +239,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
 //       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
-//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype) -> int[]   [shape, cluster, persistent]
+//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]
+//       [shape, cluster, persistent] for `rows` rows (0: the plan of fewest rows)
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
@@ -288,9 +289,9 @@ std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::Scalar
   return {name, from_table ? "table" : "default rule"};
 }
 
-std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype) {
+std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  const lab::ClusterPlan plan = lab::cluster_plan(cols, lab::to_lab_dtype(probe, "cluster_plan"));
+  const lab::ClusterPlan plan = lab::cluster_plan(cols, rows, lab::to_lab_dtype(probe, "cluster_plan"));
   return {plan.shape, plan.cluster, plan.persistent ? 1 : 0};
 }
 }  // namespace
@@ -299,7 +300,7 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor");
   m.def("register_cached(Tensor x, bool persistent) -> Tensor");
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
-  m.def("cluster_plan(int cols, ScalarType dtype) -> int[]", &tune_cluster_plan);
+  m.def("cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
   m.def("auto_choice(int rows, int cols, ScalarType dtype) -> str[]", &tune_auto_choice);
 }

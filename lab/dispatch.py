@@ -193,7 +193,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
     if variant == "cluster":
-        shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype)
+        shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype, m)
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:

@@ -70,7 +70,7 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     nbytes = SOFTMAX.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
-           "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype)), "configs": []}
+           "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m)), "configs": []}
     pairs = list(candidates(shape.n, dtype, shapes, kinds))
     if row["plan"][0] >= 0 and tuple(row["plan"][:2]) not in pairs:
         pairs.append(tuple(row["plan"][:2]))  # the plan's own choice, for comparison, whatever --shapes says

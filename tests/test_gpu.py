@@ -209,6 +209,29 @@ def test_cluster_plan_thresholds(n, dtype):
     assert res.ok, f"N={n} {dtype_name(dtype)} plan {torch.ops.lab_tune.cluster_plan(n, dtype)}: {res.summary()}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+def test_cluster_plan_for_many_rows(dtype):
+    """Where the launch table has an entry for many rows (min_rows in cluster.cu), that entry runs: at
+    each row length the plan changes with the rows, 4096 rows of it and of the length just above the
+    previous entry (bitwise against the tuned op with the same shape and cluster)."""
+    cuda_variants.load_extension()
+    checked = 0
+    for n in cuda_variants.cluster_thresholds(dtype):
+        few, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 4096))
+        if few == many:
+            continue
+        assert list(torch.ops.lab_tune.cluster_plan(n, dtype, 4095)) == few, "the entry starts at 4096 rows"
+        x = inputs.make_input(Shape(4096, n), dtype, "cuda")
+        y = torch.ops.lab.cluster(x)
+        assert torch.equal(y, torch.ops.lab_tune.cluster(x, many[0], many[1], bool(many[2])))
+        res = check.compare(y, SOFTMAX.reference(x), dtype)
+        assert res.ok, f"4096x{n} {dtype_name(dtype)} plan {many}: {res.summary()}"
+        checked += 1
+    if dtype == torch.bfloat16:
+        assert checked, "the bfloat16 table has entries for many rows"
+
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("n", [5000, 70001, 262144])
 def test_cuda_variants_on_misaligned_rows(n, dtype):

@@ -29,9 +29,9 @@
 // has moved a row into registers it starts the copy of a later row into the same slots (STAGES
 // rows ahead): the next rows are in flight while this one is reduced, exchanged and written.
 // HBM sweeps per row: 1 read of x, 1 write of y, whatever the row length: the bytes of a copy.
-// Launch: (threads, elements per thread, stages) from kResidentShapes by dtype and N; the cluster
-// size is the fewest CTAs whose registers hold the row. Cluster sizes above 8 use the
-// non-portable cluster size attribute.
+// Launch: (threads, elements per thread, stages) and the cluster size from the plan by dtype and N
+// (and, for some N, by M: min_rows), measured by scripts/tune_cluster.py. Cluster sizes above 8 use
+// the non-portable cluster size attribute.
 // Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements) or whose starts are not
 // 16-byte aligned take the streaming path: the same cluster split, but each CTA sweeps its slice
 // twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
@@ -96,11 +96,20 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // sweeps, best packed / best float32-register shape / the previous entry: 8192 87.2 / 84.1 / 84.1,
 // 16384 88.3 / 87.0 / 82.9-83.4, 32768 86.8 / 83.9 / 83.9, 65536 87.5 / 84.5 / 80.0-86.3, 131072
 // 89.9 / 84.7 / 84.7); at 262144 a tie (79.5), and the float shape entry stays.
+// An entry with min_rows > 0 applies only to inputs of at least that many rows; it precedes the entry
+// of the same max_cols that takes fewer (min_rows 0). Measured there (tune.json at 0a26770, bfloat16,
+// % of a copy): with 4096 rows a larger shape on a smaller cluster wins, since there are rows enough to
+// fill the GPU without splitting them widely (fewer CTAs to merge per row, fewer cluster placements
+// lost): N = 65536 512 x 128 packed on 1 CTA 91.0 against the fewer-rows entry's 88.4 (at 1024 rows:
+// 81.4 against 86.5); N = 262144 512 x 128 packed, staged, on 4 CTAs 85.2 against 81.0 (at 256 rows:
+// 70.9 against 78.1). Between the measured row counts (1024 and 4096, 256 and 4096) the entry of
+// fewer rows stays: not measured there.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
   int cluster;
   bool persistent;
+  int64_t min_rows = 0;
 };
 constexpr PlanEntry kPlan32[] = {  // float32
     {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 12, 2, true},    {16384, 16, 1, true},
@@ -108,18 +117,22 @@ constexpr PlanEntry kPlan32[] = {  // float32
     {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
-    {4096, 0, 1, true},     {8192, 18, 1, true},    {16384, 18, 2, true},   {32768, 20, 2, true},
-    {65536, 18, 8, true},   {131072, 29, 2, true},  {262144, 6, 16, true},  {524288, 11, 16, true},
+    {4096, 0, 1, true},        {8192, 18, 1, true},    {16384, 18, 2, true},       {32768, 20, 2, true},
+    {65536, 29, 1, true, 4096}, {65536, 18, 8, true},  {131072, 29, 2, true},      {262144, 30, 4, true, 4096},
+    {262144, 6, 16, true},     {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
 // float32 (sixteen_bit false) takes no packed shape.
+// An entry for many rows (min_rows > 0) is followed by the entry of the same max_cols for any rows.
 template <size_t N>
 constexpr bool plan_fits(const PlanEntry (&plan)[N], bool sixteen_bit) {
-  for (const PlanEntry& e : plan) {
+  for (size_t i = 0; i < N; ++i) {
+    const PlanEntry& e = plan[i];
     const ResidentShape& s = kResidentShapes[e.shape];
     if (s.packed && !sixteen_bit) return false;
     if (e.cluster > kMaxCluster || e.max_cols > int64_t{e.cluster} * s.threads * s.elems) return false;
+    if (e.min_rows > 0 && (i + 1 == N || plan[i + 1].max_cols != e.max_cols || plan[i + 1].min_rows != 0)) return false;
   }
   return true;
 }
@@ -569,10 +582,10 @@ int cluster_resident_shapes(const ResidentShape** shapes) {
   return kResidentShapeCount;
 }
 
-ClusterPlan cluster_plan(int64_t cols, DType dtype) {
-  const auto pick = [cols](const auto& plan) {
+ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype) {
+  const auto pick = [cols, rows](const auto& plan) {
     for (const PlanEntry& e : plan) {
-      if (cols <= e.max_cols) return ClusterPlan{e.shape, e.cluster, e.persistent};
+      if (cols <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent};
     }
     return ClusterPlan{-1, streaming_cluster(cols), true};
   };
@@ -580,7 +593,7 @@ ClusterPlan cluster_plan(int64_t cols, DType dtype) {
 }
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
-  const ClusterPlan plan = cluster_plan(a.cols, a.dtype);
+  const ClusterPlan plan = cluster_plan(a.cols, a.rows, a.dtype);
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (plan.shape < 0 || !rows_aligned(a)) return launch_streaming<T>(a, stream);

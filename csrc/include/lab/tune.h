@@ -35,8 +35,8 @@ struct ClusterPlan {
 // The resident shapes compiled into the extension (a pointer to the table and its length).
 int cluster_resident_shapes(const ResidentShape** shapes);
 
-// The plan the cluster launcher uses for rows of `cols` elements of `dtype` (aligned rows).
-ClusterPlan cluster_plan(int64_t cols, DType dtype);
+// The plan the cluster launcher uses for `rows` rows of `cols` elements of `dtype` (aligned rows).
+ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype);
 
 // The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
 // when the slice does not fit the shape's registers or the rows are not 16-byte aligned.
