@@ -11,7 +11,8 @@ do_bench, L2 flushed), like the lab's own variants. Prints, per point, the best 
 one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
 writes every measurement as JSON.
 
-    python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--json tune.json]
+    python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
+        [--json tune.json]
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def points(min_n: int) -> list[tuple[str, inputs.Shape]]:
-    return [(sweep, s) for sweep in ("fixed", "tutorial") for s in inputs.SWEEPS[sweep] if s.n >= min_n]
+def points(min_n: int, max_n: int | None = None) -> list[tuple[str, inputs.Shape]]:
+    return [(sweep, s) for sweep in ("fixed", "tutorial") for s in inputs.SWEEPS[sweep]
+            if s.n >= min_n and (max_n is None or s.n <= max_n)]
 
 
 def candidates(n: int, dtype: torch.dtype, shapes: list[ClusterShape], kinds: str = "all"):
@@ -106,6 +108,7 @@ def main() -> int:
     p.add_argument("--shapes", choices=("all", "packed", "float"), default="all",
                    help="which resident shapes to time: all, the packed 16-bit ones, or the float32-register ones")
     p.add_argument("--min-n", type=int, default=32)
+    p.add_argument("--max-n", type=int, help="time the sweeps' rows of at most this many elements (default: all)")
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -115,7 +118,7 @@ def main() -> int:
     records = []
     start = time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
-        for sweep, shape in points(args.min_n):
+        for sweep, shape in points(args.min_n, args.max_n):
             row = measure_point(sweep, shape, dtype, shapes, args.shapes)
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
