@@ -111,7 +111,10 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // 4096 rows (512 x 128 packed on 1 CTA 91.8, persistent 91.2); float32 N = 65536 with 4096 rows takes
 // 512 x 64 on 2 CTAs, persistent (93.3 against 91.6; with 1024 rows 87.3 against the entry's 91.2).
 // Persistent launches measured as before (within a point). Those points are in
-// results/h200/tune_split_barrier.json; the other lengths were not re-timed.
+// results/h200/tune_split_barrier.json. Then N = 8192 and 16384 (tune_split_barrier_8192_16384.json): one
+// CTA per row, not persistent, wins at both (float32 8192: 256 x 32 96.5% against the entry's 92.8;
+// 16384: 512 x 32 96.8 against 92.3-93.2; bfloat16 8192: 128 x 64 packed 99.4 against 91.5; 16384:
+// 256 x 64 packed 95.0 against 88.6). Shorter rows were not re-timed.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -120,12 +123,12 @@ struct PlanEntry {
   int64_t min_rows = 0;
 };
 constexpr PlanEntry kPlan32[] = {  // float32
-    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 12, 2, true},    {16384, 16, 1, true},
+    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 14, 1, false},   {16384, 16, 1, false},
     {32768, 17, 1, false},  {65536, 17, 2, true, 4096}, {65536, 14, 8, true}, {131072, 16, 8, true},
     {262144, 16, 16, true}, {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
-    {4096, 0, 1, true},        {8192, 18, 1, true},    {16384, 18, 2, true},       {32768, 23, 1, false},
+    {4096, 0, 1, true},        {8192, 18, 1, false},   {16384, 20, 1, false},      {32768, 23, 1, false},
     {65536, 29, 1, false, 4096}, {65536, 18, 8, true}, {131072, 29, 2, true},      {262144, 30, 4, true, 4096},
     {262144, 6, 16, true},     {524288, 11, 16, true},
 };
