@@ -19,10 +19,11 @@
 // Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r of the cluster owns the r-th of C
 // equal slices (whole 16-byte packs). Each thread copies its packs of the slice into shared memory
 // with cp.async, moves them to registers as float32, and reduces them to its own online state
-// (m_t, d_t = sum exp(x - m_t)), keeping the exponentials in registers. One block all-reduce merges
-// the threads' states into the CTA's; the C CTA states are exchanged once per row through
-// distributed shared memory (each CTA writes its (m, d) into a slot of every peer, then one
-// cluster barrier); every warp merges the C states into the row's (M, D), and each thread writes
+// (m_t, d_t = sum exp(x - m_t)), keeping the exponentials in registers. Each warp reduces its
+// threads' states, and the warps' states are exchanged once per row through distributed shared
+// memory (each warp sends its (m, d) into a slot of every CTA of the cluster with st.async, which
+// completes on that CTA's mbarrier; no cluster barrier per row, see exchange_row); every warp
+// merges the received states into the row's (M, D), and each thread writes
 // y = e * exp(m_t - M) / D from its registers. One exponential per element.
 // Persistent: the grid holds as many clusters as can be resident (cudaOccupancyMaxActiveClusters)
 // and each loops over rows. A thread's packs live in its own shared-memory slots, so as soon as it
