@@ -231,7 +231,6 @@ def test_cluster_plan_for_many_rows(dtype):
         assert checked, "the bfloat16 table has entries for many rows"
 
 
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("n", [5000, 70001, 262144])
 def test_cuda_variants_on_misaligned_rows(n, dtype):

@@ -395,10 +395,9 @@ def test_multirow_config_leaves_m_out_while_compiling(n, itemsize, monkeypatch):
     """Under torch.compile M turns symbolic after a second M, and Triton takes ROWS and num_warps as
     constants (a config computed from a symbolic M failed fullgraph compilation on the H200): while
     compiling, multirow's config is the one of many rows, whatever M the call has."""
-    config = multirow.compute_launch_config
-    assert config(None, n, itemsize, 132) == config(1 << 30, n, itemsize, 132)
-    seen = []
     real = multirow.compute_launch_config
+    assert real(None, n, itemsize, 132) == real(1 << 30, n, itemsize, 132)
+    seen = []
     monkeypatch.setattr(multirow, "compute_launch_config", lambda m, *rest: seen.append(m) or real(m, *rest))
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = irregular(3, n, torch.float32 if itemsize == 4 else torch.bfloat16)
