@@ -10,8 +10,8 @@ variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
   --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-  --section MemoryWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis --section InstructionStats \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1 |
   grep -vE "^==PROF==|^\s*$|----" |
-  grep -E "\([0-9]+, [0-9]+, [0-9]+\)x\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Waves Per SM|Grid Size|Block Size|Stall|stalled|cycles being stalled|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Issued Warp|Shared Memory|Cluster" |
+  grep -E "\([0-9]+, [0-9]+, [0-9]+\)x\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Waves Per SM|Grid Size|Block Size|Stall|stalled|Executed Instructions|Issue Slots Busy|Issued Ipc|cycles being stalled|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Issued Warp|Shared Memory|Cluster" |
   sed -E 's/ {2,}/  /g' | cut -c1-220

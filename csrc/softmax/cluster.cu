@@ -50,6 +50,7 @@
 #include "lab/check.cuh"
 #include "lab/tune.h"
 #include "lab/dispatch.cuh"
+#include "lab/exp.cuh"
 #include "lab/launch.h"
 #include "lab/online.cuh"
 #include "lab/reduce.cuh"
@@ -116,6 +117,14 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // CTA per row, not persistent, wins at both (float32 8192: 256 x 32 96.5% against the entry's 92.8;
 // 16384: 512 x 32 96.8 against 92.3-93.2; bfloat16 8192: 128 x 64 packed 99.4 against 91.5; 16384:
 // 256 x 64 packed 95.0 against 88.6). Shorter rows were not re-timed.
+// Re-timed from N = 8192 up after every exponential became ex2.approx.ftz (lab/exp.cuh; fewer
+// instructions per element, and bfloat16 gained most: N = 65536 with 4096 rows 91.8 -> 97.0% of a
+// copy, 262144 with 4096 rows 85.1 -> 89.6; results/h200/tune_fast_exp.json, and the same winners in
+// a first run before kResidentMinBlocks was mended): bfloat16 N = 262144 takes 512 x 128 packed
+// unstaged on 4 CTAs with 4096 rows (89.6 against the staged shape's 86.0) and 256 x 128 packed on 8
+// CTAs with fewer (81.2 against 256 x 64 on 16 CTAs' 80.6; 81.5 against 80.3 in the first run);
+// float32 N = 65536 with 4096 rows runs its 2-CTA clusters one per row (94.1 against persistent 93.3;
+// 94.5 against 93.6).
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -125,13 +134,13 @@ struct PlanEntry {
 };
 constexpr PlanEntry kPlan32[] = {  // float32
     {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 14, 1, false},   {16384, 16, 1, false},
-    {32768, 17, 1, false},  {65536, 17, 2, true, 4096}, {65536, 14, 8, true}, {131072, 16, 8, true},
+    {32768, 17, 1, false},  {65536, 17, 2, false, 4096}, {65536, 14, 8, true}, {131072, 16, 8, true},
     {262144, 16, 16, true}, {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {4096, 0, 1, true},        {8192, 18, 1, false},   {16384, 20, 1, false},      {32768, 23, 1, false},
-    {65536, 29, 1, false, 4096}, {65536, 18, 8, true}, {131072, 29, 2, true},      {262144, 30, 4, true, 4096},
-    {262144, 6, 16, true},     {524288, 11, 16, true},
+    {65536, 29, 1, false, 4096}, {65536, 18, 8, true}, {131072, 29, 2, true},      {262144, 29, 4, true, 4096},
+    {262144, 23, 8, true},     {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
@@ -279,14 +288,16 @@ template <typename T, int ELEMS, bool PACKED>
 constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 : ELEMS;
 
 // Registers asked of __launch_bounds__: the row data plus about 40 for addresses, loop state and
-// the reductions, so that ptxas neither spills nor caps residency lower than needed.
-template <int THREADS, int REGS>
-constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + 40)));
+// the reductions (32 for the float-register shapes that stage nothing: with 40, 512 x 32 took 65
+// registers and one CTA per SM instead of 64 and two, and lost a third of its speed on the H200), so
+// that ptxas neither spills nor caps residency lower than needed.
+template <int THREADS, int REGS, bool LEAN>
+constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + (LEAN ? 32 : 40))));
 
 // PACKED (16-bit T only): the thread's fragment is the packs as loaded, kPackWords words each
 // (see the header comment); else ELEMS floats.
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
-__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>>))
+__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0 && !PACKED>))
     cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                     int64_t x_stride, int64_t y_stride, int slice_packs) {
   constexpr int K = kPack<T>;
@@ -433,7 +444,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
 #pragma unroll
         for (int i = 0; i < kPackWords; ++i) {
           const float2 f = word_to_float2<T>(v[k][i]);
-          out[i] = float2_to_word<T>(__expf(f.x - total.m) * inv_d, __expf(f.y - total.m) * inv_d);
+          out[i] = float2_to_word<T>(fast_exp(f.x - total.m) * inv_d, fast_exp(f.y - total.m) * inv_d);
         }
         T* dst = yr + k * THREADS * K;
         if (k != tk) {
@@ -449,7 +460,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
     } else {
       // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,
       // which is 0, or NaN when the whole row is -inf (D = 0) as in torch.
-      const float factor = (m == -CUDART_INF_F ? 0.0f : __expf(m - total.m)) / total.d;
+      const float factor = (m == -CUDART_INF_F ? 0.0f : fast_exp(m - total.m)) / total.d;
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
         if (k >= n) continue;
@@ -492,7 +503,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     s = exchange_row<kStreamThreads / kWarpSize>(s, ex, row_index, c, cluster.block_rank());
     const float m = s.m;
     const float inv_d = 1.0f / s.d;
-    row_transform<kStreamThreads, kStreamUnroll>(xr, yr, n, [&](float e) { return __expf(e - m) * inv_d; });
+    row_transform<kStreamThreads, kStreamUnroll>(xr, yr, n, [&](float e) { return fast_exp(e - m) * inv_d; });
   }
   exchange_finish(row_index, c);
 }

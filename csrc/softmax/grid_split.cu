@@ -44,6 +44,7 @@
 
 #include "lab/check.cuh"
 #include "lab/dispatch.cuh"
+#include "lab/exp.cuh"
 #include "lab/launch.h"
 #include "lab/online.cuh"
 #include "lab/reduce.cuh"
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,
     // which is 0, or NaN when the whole row is -inf (D = 0) as in torch.
-    const float factor = (m == -CUDART_INF_F ? 0.0f : __expf(m - total.m)) / total.d;
+    const float factor = (m == -CUDART_INF_F ? 0.0f : fast_exp(m - total.m)) / total.d;
     store_slice<T, PACKS>(y + row * y_stride, cols, p0, held, v, factor);
   }
 }

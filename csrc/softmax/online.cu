@@ -16,6 +16,7 @@
 
 #include "lab/check.cuh"
 #include "lab/dispatch.cuh"
+#include "lab/exp.cuh"
 #include "lab/launch.h"
 #include "lab/online.cuh"
 #include "lab/reduce.cuh"
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(THREADS, kMinResidentBlocks<THREADS>)
 
     const float m = s.m;
     const float inv_d = 1.0f / s.d;
-    row_transform<THREADS, kOnlineUnroll>(xr, yr, cols, [&](float e) { return __expf(e - m) * inv_d; });
+    row_transform<THREADS, kOnlineUnroll>(xr, yr, cols, [&](float e) { return fast_exp(e - m) * inv_d; });
   }
 }
 

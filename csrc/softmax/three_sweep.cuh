@@ -16,6 +16,7 @@
 
 #include "lab/check.cuh"
 #include "lab/dispatch.cuh"
+#include "lab/exp.cuh"
 #include "lab/launch.h"
 #include "lab/reduce.cuh"
 #include "lab/vec.cuh"
@@ -47,12 +48,12 @@ __global__ void __launch_bounds__(THREADS, kMinResidentBlocks<THREADS>)
     float d = 0.0f;
     row_for_each<THREADS, kThreeSweepUnroll>(xr, cols, [&](const auto& v) {
 #pragma unroll
-      for (float e : v) d += __expf(e - m);
+      for (float e : v) d += fast_exp(e - m);
     });
     d = Reduce::run(d, SumOp{}, storage);
 
     const float inv_d = 1.0f / d;
-    row_transform<THREADS, kThreeSweepUnroll>(xr, yr, cols, [&](float e) { return __expf(e - m) * inv_d; });
+    row_transform<THREADS, kThreeSweepUnroll>(xr, yr, cols, [&](float e) { return fast_exp(e - m) * inv_d; });
   }
 }
 

@@ -21,7 +21,7 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 # Rounding the output to a 16-bit dtype alone costs up to half an ulp (2^-11 for float16, 2^-9 for
 # bfloat16, relative): rtol allows four times that. float32 outputs carry the error of exp (fast
-# exp2-based __expf: about 1e-6 relative over the arguments that matter) and of the float32 sum.
+# exp2-based fast_exp or __expf: about 1e-6 relative over the arguments that matter) and of the float32 sum.
 # atol is only for elements far below the row's maximum (flushed or subnormal results).
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.float32: Tolerance(rtol=2e-5, atol_rel=1e-7, norm_tol=1e-5, sums_rows=True),

@@ -48,7 +48,7 @@ __device__ __forceinline__ MaxSum absorb(MaxSum s, const float (&v)[K]) {
   }
   float d = s.d * __expf(s.m - m);
 #pragma unroll
-  for (int i = 0; i < K; ++i) d += __expf(v[i] - m);
+  for (int i = 0; i < K; ++i) d += fast_exp(v[i] - m);
   return {m, d};
 }
 

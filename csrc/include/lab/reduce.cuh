@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
+#include "lab/exp.cuh"
 #include "lab/vec.cuh"
 
 namespace lab {
@@ -50,7 +51,7 @@ __device__ __forceinline__ float fragment_exp_sum(float (&v)[P][K], float shift)
   for (int k = 0; k < P; ++k) {
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-      v[k][j] = __expf(v[k][j] - shift);
+      v[k][j] = fast_exp(v[k][j] - shift);
       d += v[k][j];
     }
   }
@@ -88,8 +89,8 @@ __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWo
 #pragma unroll
     for (int i = 0; i < kPackWords; ++i) {
       const float2 f = word_to_float2<T>(w[k][i]);
-      d0 += __expf(f.x - shift);
-      d1 += __expf(f.y - shift);
+      d0 += fast_exp(f.x - shift);
+      d1 += fast_exp(f.y - shift);
     }
   }
   return d0 + d1;
