@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import prepare
+from triton_kernels.common import fast_exp, prepare
 
 MAX_N = None  # no limit: rows longer than a chunk take more iterations
 CHUNK_BYTES = 16384  # of x per chunk
@@ -67,14 +67,14 @@ def softmax_looped_kernel(
         # exp(-|x - m|) is the rescale exp(m - x) when x raises the max, else the term exp(x - m).
         # A -inf x adds nothing; testing it also avoids -inf - -inf = NaN in a lane still at m = -inf.
         # A NaN x fails both tests and makes d NaN (tl.maximum may drop it from m on the GPU).
-        e = tl.exp(tl.where(x == -float("inf"), -float("inf"), -tl.abs(x - m)))
+        e = fast_exp(tl.where(x == -float("inf"), -float("inf"), -tl.abs(x - m)))
         d = tl.where(x > m, d * e + 1.0, d + e)
         m = tl.maximum(m, x)
 
     # Merge the lanes. Lanes still at m = -inf have d = 0 and add 0, unless the whole row is -inf:
     # then row_max = -inf, m - row_max is NaN and so is the row, as torch gives it.
     row_max = tl.max(m, axis=0)
-    inv_sum = 1.0 / tl.sum(d * tl.exp(m - row_max), axis=0)
+    inv_sum = 1.0 / tl.sum(d * fast_exp(m - row_max), axis=0)
 
     # Pass 2: re-read (last chunk first: the most recently read, the likeliest in L2) and write.
     n_chunks = tl.cdiv(n_cols, BLOCK)
@@ -83,7 +83,7 @@ def softmax_looped_kernel(
         mask = offs < n_cols
         x = tl.load(x_row + offs, mask=mask, other=-float("inf"),
                     eviction_policy="evict_first" if EVICTION_HINTS else "").to(tl.float32)
-        y = tl.exp(x - row_max) * inv_sum
+        y = fast_exp(x - row_max) * inv_sum
         tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 

@@ -17,7 +17,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from triton_kernels.autograd import differentiable
-from triton_kernels.common import INTERPRETED, next_power_of_2, num_warps_for, prepare
+from triton_kernels.common import INTERPRETED, fast_exp, next_power_of_2, num_warps_for, prepare
 from triton_kernels.fused import MAX_N
 
 INTERPRETER_PROGRAMS = 4
@@ -33,7 +33,7 @@ def softmax_persistent_kernel(
     for row in tl.range(first, n_rows, tl.num_programs(0), num_stages=NUM_STAGES):
         x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
         z = x - tl.max(x, axis=0)
-        num = tl.exp(z)
+        num = fast_exp(z)
         y = num / tl.sum(num, axis=0)
         tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
