@@ -52,14 +52,35 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def _call(rows: torch.Tensor) -> torch.Tensor:
     """route(rows)(rows), on the rows' device: a Triton launch goes to the current device. Under
-    torch.compile, torch.ops.lab.softmax(rows) and nothing else for Dynamo to trace."""
+    torch.compile, torch.ops.lab.softmax(rows) and nothing else for Dynamo to trace.
+
+    Host time matters here: a short row's kernel runs for a few microseconds, less than the Python
+    around it (scripts/overhead.py). So the route is remembered per (M, N, dtype, device), and where
+    no gradient is to be recorded the op is called below autograd: its autograd kernel, which
+    torch.library.register_autograd writes in Python, costs several microseconds a call for nothing."""
     if torch.compiler.is_compiling():
         return torch.ops.lab.softmax(rows)
-    kernel = route(rows)
-    if kernel is torch.ops.lab.softmax or rows.device.index == torch.cuda.current_device():
+    device = rows.get_device()
+    key = (rows.shape[0], rows.shape[1], rows.dtype, device)
+    kernel = _ROUTES.get(key)
+    if kernel is None:
+        if len(_ROUTES) >= 4096:
+            _ROUTES.clear()
+        kernel = _ROUTES[key] = route(rows)
+    if kernel is torch.ops.lab.softmax:
+        if rows.requires_grad and torch.is_grad_enabled():
+            return kernel(rows)
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.lab.softmax.default(rows)
+    if device == torch.cuda.current_device():
         return kernel(rows)
-    with torch.cuda.device(rows.device):
+    with torch.cuda.device(device):
         return kernel(rows)
+
+
+# The function _call runs for each (M, N, dtype, device) it has seen; lab.dispatch.install() and
+# uninstall() empty it, since a new table may route a shape elsewhere.
+_ROUTES: dict = {}
 
 
 def route(rows: torch.Tensor):

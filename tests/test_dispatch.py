@@ -107,6 +107,19 @@ def test_lab_entries_take_the_fastest_cuda_or_triton_variant_never_a_peer_or_tor
         [1024, 65536, "triton.fused", 9999], [65536, 1024, "cuda.cluster", 3900], [65536, 4096, "cuda.online", 3950]]}
 
 
+def test_a_triton_variant_takes_a_lab_entry_only_beyond_the_margin_over_cuda():
+    """Within 1% of the fastest CUDA variant, or 0.2 us on a short kernel, the CUDA one keeps the entry:
+    lab.softmax's Triton route costs more host time per call."""
+    def timed(variant, gbps, ms, n):
+        return {**record(variant, gbps, n, 4096), "median_ms": ms}
+
+    records = [timed("cuda.register_cached", 1000, 0.0091, 512), timed("triton.multirow", 1012, 0.0090, 512),
+               timed("cuda.cluster", 3970, 1.0, 65536), timed("triton.looped", 4000, 0.9925, 65536),
+               timed("cuda.online", 3900, 1.0, 131072), timed("triton.looped", 4000, 0.975, 131072)]
+    entries = dispatch.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
+    assert [e[2] for e in entries] == ["cuda.register_cached", "cuda.cluster", "triton.looped"]
+
+
 @pytest.mark.parametrize(("m", "n"), [(m, n) for m in (1, 100, 1024, 2000, 10**6) for n in (1, 1000, 1024, 4096,
                                                                                             65536, 65537)])
 def test_the_python_rule_is_the_extensions(installed_extension, m, n):
