@@ -80,8 +80,8 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[s
 
 # lab.softmax reaches a CUDA variant through torch.ops.lab.softmax and a Triton one through Triton's
 # launcher, which costs more host time per call (scripts/overhead.py on the H200, results/h200/
-# overhead.json: 28 us a call for the triton.persistent route at float32 4096x1024 against 14-20 for the
-# op's), and the benchmark sees host time once it is longer than its L2 flush between calls. So a Triton
+# overhead.json: lab.softmax 49 us a call on the triton.fused route at float32 4096x1024, 14-22 on the
+# op's routes), and the benchmark sees host time once the host falls behind the GPU. So a Triton
 # variant takes an entry only if its kernel is faster than the fastest CUDA one by more than the timing's
 # resolution: 1%, or 0.2 us on kernels of a few microseconds.
 TRITON_MARGIN = 0.01
