@@ -10,6 +10,7 @@ every other variant at every point) and auto's five weakest points. Nothing is m
 
     python scripts/targets.py results/h200/results.json [--markdown results/h200/targets.md]
         [--remeasure results/h200/remeasure/run_1.json run_2.json run_3.json] [--auto cuda.auto]
+    python scripts/targets.py results/h200/results.json --near-ties   # the command that re-measures them
 """
 
 from __future__ import annotations
@@ -135,6 +136,35 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
     return "\n".join(lines) + "\n"
 
 
+def near_ties(rows: list[dict]) -> list[dict]:
+    """The points where auto trails the fastest other variant, or the fastest peer or PyTorch entry, by
+    less than 1%: the ones the rule re-measures."""
+    return [r for r in rows if any(0.99 <= r.get(key, 0.0) < 1.0 for key in ("ratio", "ratio_outside"))]
+
+
+def remeasure_command(rows: list[dict], table: dict | None = None) -> str | None:
+    """The lab.test command that times auto and the variants it nearly ties again at the near ties' shapes
+    (in the run's default dtypes; run it three times with run_1.json .. run_3.json and pass those to
+    --remeasure), or None without near ties. A run rebuilds auto's dispatch table from its own results
+    before it times auto, so the command also times the variants that `table` (the run's
+    dispatch_table.json) names at those points: auto then runs what it ran in the run."""
+    ties = near_ties(rows)
+    if not ties:
+        return None
+    named = []
+    for r in ties:
+        for key, prefix in (("lab_entries", ""), ("entries", "cuda.")):
+            named += [prefix + e[2] for e in (table or {}).get(key, {}).get(r["dtype"], [])
+                      if (e[0], e[1]) == (r["n"], r["m"])]
+    names = [ties[0]["auto"]]
+    for name in (*(v for r in ties for v in (r["best_other"], r.get("best_outside"))), *named):
+        if name and name not in names:
+            names.append(name)
+    shapes = sorted({(r["m"], r["n"]) for r in ties}, key=lambda s: (s[1], s[0]))
+    return ("python -m lab.test --only " + ",".join(names) + "".join(f" --shape {m}x{n}" for m, n in shapes)
+            + " --output-json run_<i>.json --no-save")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="results.json of a softmax run")
@@ -144,6 +174,8 @@ def main() -> None:
                         "--shape ... --output-json FILE, three times)")
     parser.add_argument("--auto", choices=AUTOS, help="the fast entry to judge (default: the first of "
                         f"{', '.join(AUTOS)} that the run timed)")
+    parser.add_argument("--near-ties", action="store_true",
+                        help="print only the command that re-measures the run's near ties (on the GPU, three times)")
     args = parser.parse_args()
     data = json.loads(args.results.read_text())
     if data.get("operator", "softmax") != "softmax":
@@ -152,6 +184,11 @@ def main() -> None:
     rows = points(data["results"], auto)
     if not rows:
         raise SystemExit(f"targets: no point of {args.results} timed {auto}")
+    if args.near_ties:
+        table_path = args.results.parent / "dispatch_table.json"
+        table = json.loads(table_path.read_text()) if table_path.exists() else None
+        print(remeasure_command(rows, table) or "no near ties")
+        return
     lines = remeasure(rows, [json.loads(p.read_text())["results"] for p in args.remeasure])
     text = report(rows, data.get("command", "?"), lines)
     print(text, end="")

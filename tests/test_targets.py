@@ -58,3 +58,22 @@ def test_a_near_tie_is_decided_by_the_median_of_the_re_measures(tmp_path, capsys
     targets.remeasure(behind, [[record("custom", "cuda.auto", 1024, 3900, 95.0),
                                 record("custom", "peer.quack", 1024, 4000, 95.0)]])
     assert not targets.counted(behind[0], "ratio")
+
+
+def test_near_ties_give_the_command_that_re_measures_them():
+    results = [record("fixed", "lab.auto", 1024, 3960, 95.0), record("fixed", "triton.fused", 1024, 3970, 95.2),
+               record("fixed", "peer.quack", 1024, 4000, 96.0),  # 0.990x: a near tie
+               record("fixed", "lab.auto", 4096, 3000, 80.0), record("fixed", "peer.quack", 4096, 3600, 96.0),
+               record("tutorial", "lab.auto", 512, 1000, 90.0), record("tutorial", "torch.compile", 512, 1001, 90.1)]
+    rows = targets.points(results)
+    assert [(r["sweep"], r["n"]) for r in targets.near_ties(rows)] == [("fixed", 1024), ("tutorial", 512)]
+    assert targets.remeasure_command(rows) == (
+        "python -m lab.test --only lab.auto,peer.quack,torch.compile --shape 4096x512 --shape 4096x1024 "
+        "--output-json run_<i>.json --no-save")
+    assert targets.remeasure_command(targets.points(results[3:5])) is None
+    # the run's table routes auto at those points: those variants are timed too (the run rebuilds auto's table)
+    table = {"lab_entries": {"bfloat16": [[1024, 4096, "triton.fused", 3970], [512, 4096, "cuda.cluster", 999]]},
+             "entries": {"bfloat16": [[1024, 4096, "register_cached", 3900]], "float32": [[512, 4096, "online", 1]]}}
+    assert targets.remeasure_command(rows, table).startswith(
+        "python -m lab.test --only lab.auto,peer.quack,torch.compile,triton.fused,cuda.register_cached,cuda.cluster "
+        "--shape")
