@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute on one variant at one shape: DRAM throughput, achieved occupancy, warp stall
-# reasons, for the second launch of the variant's kernel (the first is a warm-up).
+# reasons, executed instructions, for the second launch of the variant's kernel (the first is a warm-up).
 #   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax: the lab's kernels,
 #   QuACK's (its CuTe DSL name holds "Softmax") and Liger's]
 # Clocks are left as they are (--clock-control none), so the numbers are those of a timed run.
@@ -13,5 +13,5 @@ PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex
   --section MemoryWorkloadAnalysis --section InstructionStats \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1 |
   grep -vE "^==PROF==|^\s*$|----" |
-  grep -E "\([0-9]+, [0-9]+, [0-9]+\)x\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Waves Per SM|Grid Size|Block Size|Stall|stalled|Executed Instructions|Issue Slots Busy|Issued Ipc|cycles being stalled|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Issued Warp|Shared Memory|Cluster" |
+  grep -E "\([0-9]+, [0-9]+, [0-9]+\)x\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Waves Per SM|Grid Size|Block Size|Stall|stalled|Executed Instructions|cycles being stalled|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Issued Warp|Shared Memory|Cluster" |
   sed -E 's/ {2,}/  /g' | cut -c1-220
