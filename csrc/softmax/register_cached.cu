@@ -1,10 +1,14 @@
 // register_cached: each row read from HBM once and written once, held in registers in between.
 //
-// Algorithm: a group of THREADS_PER_ROW threads owns a row: 4 to 32 lanes of a warp for short
+// Algorithm: a group of THREADS_PER_ROW threads owns a row: 2 to 32 lanes of a warp for short
 // rows (several rows per warp, so no lane idles), a whole block of 64 to 1024 threads for medium
 // rows. Each thread loads its 8, 16 or 32 elements of the row as 16-byte packs, all loads in flight
-// before the first use, and keeps them as float32 registers. The row max and the sum of exp are
-// then reduced from those registers, with xor shuffles inside the group
+// before the first use, and keeps them in registers: float32 as floats; float16 and bfloat16
+// packed, as the words they were loaded in (two elements per register, so 32 elements take 16
+// registers and a thread can keep 64 bytes in flight at 64 registers). The row max and the sum of
+// exp are then reduced from those registers (16-bit: the max pairwise in 16 bits, the exp-sum
+// converting each element on the fly, and the write recomputes exp(x - m) / d from the inputs,
+// the division folded into the exponent: two exponentials per element), with xor shuffles inside the group
 // (warp_allreduce<THREADS_PER_ROW>) or, for block groups, the two-level BlockAllReduce of
 // warp_shuffle. Last, the normalized row is written.
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
@@ -27,6 +31,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <math_constants.h>
@@ -66,8 +71,11 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // groups: 16 elements were only 32 bytes in flight per thread, and the 1024-thread block of a
 // 16384-element row fits once per SM (one 32 KB row in flight per SM, 46% of a copy); 512 threads
 // of 32 elements fit twice.
+// Held packed (see the header), 32 elements cost 16 registers, and the rows of 64 to 256 elements
+// take 32 per thread with half the threads: 64 bytes in flight per thread (N = 32 keeps 2 threads
+// of 16: one thread of 32 would read half of each 32-byte sector per load).
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, true},     {64, 4, 16, true},       {128, 8, 16, true},      {256, 16, 16, true},
+    {32, 2, 16, true},     {64, 2, 32, true},       {128, 4, 32, true},      {256, 8, 32, true},
     {512, 16, 32, true},   {1024, 32, 32, true},    {2048, 64, 32, false},   {4096, 128, 32, false},
     {8192, 256, 32, true}, {16384, 512, 32, true},
 };
@@ -90,8 +98,14 @@ constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WA
 // Resident blocks asked of __launch_bounds__, from the registers a thread needs: ELEMS floats of
 // row data, the next row's raw packs (ELEMS * sizeof(T) / 4 registers) and about 48 for addresses,
 // loop state and reductions. ptxas then has that many registers without spilling.
+// 16-bit types hold their elements packed, as the words they were loaded in (two per register, see
+// the header), and need about 32 more; float32 holds floats and asks for 48.
+template <typename T>
+constexpr bool kPacked = sizeof(T) == 2;
 template <typename T, int ELEMS, int BLOCK>
-constexpr int kMinBlocks = std::max(1, std::min(32, 65536 / (BLOCK * (ELEMS + ELEMS * int{sizeof(T)} / 4 + 48))));
+constexpr int kMinBlocks = std::max(
+    1, std::min(32, 65536 / (BLOCK * ((kPacked<T> ? ELEMS / 2 : ELEMS) + ELEMS * int{sizeof(T)} / 4 +
+                                      (kPacked<T> ? 32 : 48)))));
 
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
@@ -100,6 +114,8 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
+  constexpr bool PACKED = kPacked<T>;
+  using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
   constexpr int kBlock = BLOCK;
   constexpr int kRowsPerBlock = kBlock / THREADS_PER_ROW;
   constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
@@ -142,11 +158,26 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
 
     // Elements past the row (or of no row) are -inf, which leaves the max as it is and adds
     // exp(-inf) = 0 to the sum.
-    float v[PACKS][K];
+    Fragment v;
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = (lane + k * THREADS_PER_ROW) * K;
-      if (wide_pack(row, k)) {
+      const bool wide = wide_pack(row, k);
+      if constexpr (PACKED) {
+        if (wide) {
+          const uint4 q = *reinterpret_cast<const uint4*>(&next[k]);
+          v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
+        } else {
+          const uint16_t* bits = reinterpret_cast<const uint16_t*>(xr);
+#pragma unroll
+          for (int i = 0; i < kPackWords; ++i) {
+            const int j = e0 + 2 * i;
+            const uint32_t lo = valid && j < cols ? bits[j] : PairOf<T>::kMinusInf;
+            const uint32_t hi = valid && j + 1 < cols ? bits[j + 1] : PairOf<T>::kMinusInf;
+            v[k][i] = lo | hi << 16;
+          }
+        }
+      } else if (wide) {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = to_float(next[k].v[j]);
       } else {
@@ -156,19 +187,35 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
     }
     prefetch(row + step);
 
-    const float m = allreduce(fragment_max(v), MaxOp{});
-    const float d = allreduce(fragment_exp_sum(v, m), SumOp{});
+    float m, d;
+    if constexpr (PACKED) {
+      m = allreduce(fragment_max<T>(v), MaxOp{});
+      d = allreduce(fragment_exp_sum<T>(v, m), SumOp{});  // the fragment keeps the inputs
+    } else {
+      m = allreduce(fragment_max(v), MaxOp{});
+      d = allreduce(fragment_exp_sum(v, m), SumOp{});  // the fragment now holds the exponentials
+    }
     if (!valid) continue;  // after the reductions, which need every lane
 
+    // Packed: y = exp(x - m) / d recomputed from the inputs (word_softmax, the division folded into
+    // the exponent); else y = e / d from the exponentials kept.
     const float inv_d = 1.0f / d;
+    const float log2_d = fast_log2(d);
     T* yr = y + row * y_stride;
     const bool wide_out = is_aligned(yr);
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = (lane + k * THREADS_PER_ROW) * K;
       Pack<T> out;
+      if constexpr (PACKED) {
+        uint32_t w[kPackWords];
 #pragma unroll
-      for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
+        for (int i = 0; i < kPackWords; ++i) w[i] = word_softmax<T>(v[k][i], m, log2_d);
+        memcpy(&out, w, sizeof(out));  // register moves
+      } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
+      }
       if (wide_out && e0 + K <= cols) {
         reinterpret_cast<Pack<T>*>(yr)[e0 / K] = out;
       } else {

@@ -19,10 +19,30 @@
 
 namespace lab {
 
-__device__ __forceinline__ float fast_exp(float x) {
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the MUFU unit (ex2.approx.ftz.f32): results below 2^-126 are 0.
+__device__ __forceinline__ float fast_exp2(float x) {
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+__device__ __forceinline__ float fast_exp(float x) { return fast_exp2(x * kLog2e); }
+
+// log2(d) on the MUFU unit (lg2.approx.ftz.f32, absolute error about 2^-22 for d >= 1), once per
+// row and thread: the operand of fast_exp_over.
+__device__ __forceinline__ float fast_log2(float d) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+  return y;
+}
+
+// exp(x) / d as 2^(x log2 e - log2 d), given log2_d = fast_log2(d): the division folded into the
+// exponent, one FFMA and one MUFU.EX2 where fast_exp(x) * (1 / d) takes FMUL, MUFU.EX2 and FMUL.
+// x is the element minus the row max (x <= 0, so |x log2 e - log2 d| stays small and its rounding
+// costs a relative error below 2^-18); d is the row's sum of exponentials (>= 1). For
+// 16-bit outputs (2^-9 to 2^-12 of rounding) only; NaN in x or d gives NaN, x = -inf gives 0.
+__device__ __forceinline__ float fast_exp_over(float x, float log2_d) { return fast_exp2(fmaf(x, kLog2e, -log2_d)); }
 
 }  // namespace lab

@@ -96,6 +96,14 @@ __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWo
   return d0 + d1;
 }
 
+// The softmax of a word's two 16-bit elements, rounded to T: exp(x - m) / d each, given the row's
+// max m and log2_d = fast_log2(d) of its sum d (fast_exp_over: no multiply by 1 / d).
+template <typename T>
+__device__ __forceinline__ uint32_t word_softmax(uint32_t w, float m, float log2_d) {
+  const float2 f = word_to_float2<T>(w);
+  return float2_to_word<T>(fast_exp_over(f.x - m, log2_d), fast_exp_over(f.y - m, log2_d));
+}
+
 // Butterfly (xor) all-reduce inside groups of WIDTH consecutive lanes (a whole warp by default):
 // after log2(WIDTH) steps every lane holds op over its group. xor with a mask below WIDTH never
 // leaves the group, so several groups reduce independently in one warp. All 32 lanes must call it.
