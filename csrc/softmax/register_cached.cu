@@ -100,19 +100,29 @@ template <int THREADS_PER_ROW, int WARP_GROUP_BLOCK = kWarpGroupBlock>
 constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WARP_GROUP_BLOCK;
 
 // Resident blocks asked of __launch_bounds__, from the registers a thread needs: ELEMS floats of
-// row data, the next row's raw packs (ELEMS * sizeof(T) / 4 registers) and about 48 for addresses,
-// loop state and reductions. ptxas then has that many registers without spilling.
-// 16-bit types hold their elements packed, as the words they were loaded in (two per register, see
-// the header), and need about 32 more; float32 holds floats and asks for 48.
+// row data, on a persistent grid the next row's raw packs (ELEMS * sizeof(T) / 4 registers), and
+// about 48 for addresses, loop state and reductions. ptxas then has that many registers without
+// spilling. 16-bit types hold their elements packed, as the words they were loaded in (two per
+// register, see the header), and need about 32 more; float32 holds floats and asks for 48.
+// Counted per scheduler: each of an SM's four holds a quarter of the register file (16384) and a
+// quarter of its warps, in steps of 8 registers per thread; counted per SM instead, 21 blocks of 64
+// threads left ptxas 40 registers (11 warps on some scheduler) where 48 were asked, and it spilled.
 template <typename T>
 constexpr bool kPacked = sizeof(T) == 2;
-template <typename T, int ELEMS, int BLOCK>
+template <typename T, int ELEMS, bool PERSISTENT>
+constexpr int kThreadRegisters = (kPacked<T> ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
+                                 (kPacked<T> ? 32 : 48);
+template <typename T, int ELEMS, int BLOCK, bool PERSISTENT>
 constexpr int kMinBlocks = std::max(
-    1, std::min(32, 65536 / (BLOCK * ((kPacked<T> ? ELEMS / 2 : ELEMS) + ELEMS * int{sizeof(T)} / 4 +
-                                      (kPacked<T> ? 32 : 48)))));
+    1, std::min(32, 4 * (16384 / (kWarpSize * ((kThreadRegisters<T, ELEMS, PERSISTENT> + 7) / 8 * 8))) /
+                        (BLOCK / kWarpSize)));
 
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
-__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
+// PERSISTENT: compiled for a grid of the resident blocks, each looping over row groups with the
+// next group's packs loaded ahead (into `next`); else for a grid of one block per row group (a
+// block strides over groups only past the grid's limit), which loads each group straight into
+// the fragment and keeps no registers for a next one.
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT>
+__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
   constexpr int K = kPack<T>;
@@ -147,11 +157,24 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
   const auto wide_pack = [&](int64_t row, int k) {
     return row < rows && is_aligned(x + row * x_stride) && (lane + k * THREADS_PER_ROW + 1) * K <= cols;
   };
-  Pack<T> next[PACKS];
+  const auto load_pack = [&](int64_t row, int k) {
+    return reinterpret_cast<const Pack<T>*>(x + row * x_stride)[lane + k * THREADS_PER_ROW];
+  };
+  Pack<T> next[PERSISTENT ? PACKS : 1];
   const auto prefetch = [&](int64_t row) {
+    if constexpr (PERSISTENT) {
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-      if (wide_pack(row, k)) next[k] = reinterpret_cast<const Pack<T>*>(x + row * x_stride)[lane + k * THREADS_PER_ROW];
+      for (int k = 0; k < PACKS; ++k) {
+        if (wide_pack(row, k)) next[k] = load_pack(row, k);
+      }
+    }
+  };
+  // This row's pack k, whole and aligned (wide_pack): from `next`, or from global memory.
+  const auto wide = [&](int64_t row, int k) {
+    if constexpr (PERSISTENT) {
+      return next[k];
+    } else {
+      return load_pack(row, k);
     }
   };
   prefetch(int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / THREADS_PER_ROW);
@@ -166,10 +189,11 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = (lane + k * THREADS_PER_ROW) * K;
-      const bool wide = wide_pack(row, k);
+      const bool whole = wide_pack(row, k);
       if constexpr (PACKED) {
-        if (wide) {
-          const uint4 q = *reinterpret_cast<const uint4*>(&next[k]);
+        if (whole) {
+          const Pack<T> pk = wide(row, k);
+          const uint4 q = *reinterpret_cast<const uint4*>(&pk);
           v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
         } else {
           const uint16_t* bits = reinterpret_cast<const uint16_t*>(xr);
@@ -181,9 +205,10 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK>))
             v[k][i] = lo | hi << 16;
           }
         }
-      } else if (wide) {
+      } else if (whole) {
+        const Pack<T> pk = wide(row, k);
 #pragma unroll
-        for (int j = 0; j < K; ++j) v[k][j] = to_float(next[k].v[j]);
+        for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
       } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < cols ? to_float(xr[e0 + j]) : -CUDART_INF_F;
@@ -249,20 +274,29 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 }
 
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
-// SMs), never more than the row groups.
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
-cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t stream) {
+// SMs), never more than the row groups; else one block per row group (up to the grid's limit).
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT>
+cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
-  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK>;
-  int per_sm = 0;
-  LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK, 0));
+  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT>;
+  int64_t resident = INT_MAX;
+  if constexpr (PERSISTENT) {
+    int per_sm = 0;
+    LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK, 0));
+    resident = int64_t{std::max(per_sm, 1)} * sms;
+  }
   const int64_t groups = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  const int64_t resident = persistent ? int64_t{std::max(per_sm, 1)} * sms : int64_t{INT_MAX};
   const auto grid = static_cast<unsigned>(std::min<int64_t>(groups, resident));
   kernel<<<grid, BLOCK, 0, stream>>>(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
                                      static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride);
   LAB_LAUNCH_CHECK();
   return cudaSuccess;
+}
+
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t stream) {
+  return persistent ? launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, true>(a, sms, stream)
+                    : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false>(a, sms, stream);
 }
 
 }  // namespace
