@@ -18,8 +18,8 @@ that point, and installed. So the auto timed at each point runs the variant the 
 The table's `lab_entries` hold the same for lab.softmax (timed as the variant `lab.auto`), over the lab's
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
 fastest is a CUDA variant, lab.softmax calls torch.ops.lab.softmax (whose own entries name it); where
-it is a Triton one, that Triton entry, unless a CUDA variant is within TRITON_MARGIN of it (Triton's
-launch costs more host time). Neither ever calls a peer or PyTorch's softmax.
+it is a Triton one, that Triton entry, unless a CUDA variant is within TRITON_MARGIN of it or the
+Triton kernel is shorter than TRITON_HOST_MS (Triton's launch costs more host time). Neither ever calls a peer or PyTorch's softmax.
 """
 
 from __future__ import annotations
@@ -83,14 +83,21 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[s
 # overhead.json: lab.softmax 49 us a call on the triton.fused route at float32 4096x1024, 14-22 on the
 # op's routes), and the benchmark sees host time once the host falls behind the GPU. So a Triton
 # variant takes an entry only if its kernel is faster than the fastest CUDA one by more than the timing's
-# resolution: 1%, or 0.2 us on kernels of a few microseconds.
+# resolution: 1%, or 0.2 us on kernels of a few microseconds; and only if its kernel takes at least
+# TRITON_HOST_MS, the host time of a call on its route: a shorter one leaves lab.softmax, called in a
+# loop, waiting on the host (the run at 98ed8cb timed lab.auto at 1515 GB/s on bfloat16 4096x4096,
+# routed to triton.multirow, whose kernel alone ran at 3178: 22 us a call against 10.6).
 TRITON_MARGIN = 0.01
 TRITON_MARGIN_MS = 0.0002
+TRITON_HOST_MS = 0.05
 
 
 def _as_good_on_the_host(cuda: dict, triton: dict) -> bool:
-    """Whether the CUDA result is within the margin of the (faster) Triton one."""
+    """Whether the CUDA result is within the margin of the (faster) Triton one, or the Triton kernel is
+    shorter than its route's host time."""
     if cuda["gbps"] * (1 + TRITON_MARGIN) >= triton["gbps"]:
+        return True
+    if triton.get("median_ms") is not None and triton["median_ms"] < TRITON_HOST_MS:
         return True
     cuda_ms, triton_ms = cuda.get("median_ms"), triton.get("median_ms")
     return cuda_ms is not None and triton_ms is not None and cuda_ms - triton_ms <= TRITON_MARGIN_MS

@@ -120,6 +120,19 @@ def test_a_triton_variant_takes_a_lab_entry_only_beyond_the_margin_over_cuda():
     assert [e[2] for e in entries] == ["cuda.register_cached", "cuda.cluster", "triton.looped"]
 
 
+def test_a_triton_kernel_shorter_than_its_routes_host_time_yields_to_cuda():
+    """Twice as fast, but shorter than a call's host time on the Triton route: the CUDA variant keeps
+    the entry; the same lead on a kernel longer than that takes it."""
+    def timed(variant, gbps, n, ms):
+        return {**record(variant, gbps, n, 4096), "median_ms": ms}
+
+    short = dispatch.TRITON_HOST_MS / 2
+    records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
+               timed("cuda.cluster", 1000, 8192, 4 * short), timed("triton.multirow", 2000, 8192, 2 * short)]
+    entries = dispatch.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
+    assert [e[2] for e in entries] == ["cuda.register_cached", "triton.multirow"]
+
+
 @pytest.mark.parametrize(("m", "n"), [(m, n) for m in (1, 100, 1024, 2000, 10**6) for n in (1, 1000, 1024, 4096,
                                                                                             65536, 65537)])
 def test_the_python_rule_is_the_extensions(installed_extension, m, n):
