@@ -20,12 +20,12 @@
 // refuses with cudaErrorInvalidValue.
 // Any rows (64-bit offsets), any N >= 1, any row strides: a row whose start is not 16-byte aligned
 // is read and written with scalar accesses.
-// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep): 96-98% of a copy in
-// float32 and 88-93% in bfloat16 up to N = 512. The longest rows are one row per block with one or
-// two blocks per SM, so at most one or two rows per SM are in flight, and no row's load overlaps
-// another's reductions and writes: N = 16384 reaches 82% (float32) and 62% (bfloat16); bfloat16
-// N = 1024 to 4096 reaches 79-80%. The cure is more bytes in flight per SM: a block that loads its
-// next row while it reduces this one, or a row split over a thread-block cluster.
+// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at 88bad6e):
+// 95-97% of a copy in float32 and 95-99% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
+// its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
+// its warps stalled on their loads); QuACK's kernel reaches 98-100 there, and what holds these 2-3
+// points back is not measured yet. N = 16384: 91-92%, one row per block of 512 or 1024 threads,
+// at most two rows per SM in flight; cluster splits such rows and is faster there.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <climits>
