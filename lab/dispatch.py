@@ -19,7 +19,8 @@ The table's `lab_entries` hold the same for lab.softmax (timed as the variant `l
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
 fastest is a CUDA variant, lab.softmax calls torch.ops.lab.softmax (whose own entries name it); where
 it is a Triton one, that Triton entry, unless a CUDA variant is within TRITON_MARGIN of it or the
-Triton kernel is shorter than TRITON_HOST_MS (Triton's launch costs more host time). Neither ever calls a peer or PyTorch's softmax.
+Triton kernel is shorter than TRITON_HOST_MS (Triton's launch costs more host time). Neither ever
+calls a peer or PyTorch's softmax.
 """
 
 from __future__ import annotations
