@@ -20,12 +20,12 @@
 // refuses with cudaErrorInvalidValue.
 // Any rows (64-bit offsets), any N >= 1, any row strides: a row whose start is not 16-byte aligned
 // is read and written with scalar accesses.
-// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at 88bad6e):
-// 95-97% of a copy in float32 and 95-99% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
+// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at 0ee9478):
+// 97-100% of a copy in float32 and 95-99% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
 // its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
-// its warps stalled on their loads); QuACK's kernel reaches 98-100 there, and what holds these 2-3
-// points back is not measured yet. N = 16384: 91-92%, one row per block of 512 or 1024 threads,
-// at most two rows per SM in flight; cluster splits such rows and is faster there.
+// its warps stalled on their loads); QuACK's kernel reaches 98-101 there, and what holds bfloat16
+// N = 128 to 1024 2-3 points back is not measured yet. N = 16384: 91-92%, one row per block of 512
+// or 1024 threads, at most two rows per SM in flight; cluster splits such rows and is faster there.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <climits>
