@@ -89,6 +89,24 @@ template <typename T>
 constexpr const RowShape (&kRowShapes)[kShapes] = sizeof(T) == 4 ? kRowShapes32 : kRowShapes16;
 constexpr int64_t kMaxCols = kRowShapes32[kShapes - 1].max_cols;
 static_assert(kMaxCols == kRowShapes16[kShapes - 1].max_cols, "the same limit in every dtype");
+
+// Every shape holds its longest row (threads x elements >= max_cols: a shorter group would leave
+// elements unread), in whole 16-byte packs of its dtype, with a power-of-two group (the xor
+// reductions) of at most a block; lengths in increasing order (the first entry that covers a row
+// takes it).
+constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
+  for (int i = 0; i < kShapes; ++i) {
+    const RowShape& s = table[i];
+    if (int64_t{s.threads_per_row} * s.elems_per_thread < s.max_cols || s.elems_per_thread % pack != 0) return false;
+    if (s.threads_per_row < 1 || s.threads_per_row > 1024 || (s.threads_per_row & (s.threads_per_row - 1)) != 0) {
+      return false;
+    }
+    if (i > 0 && table[i - 1].max_cols >= s.max_cols) return false;
+  }
+  return true;
+}
+static_assert(row_shapes_hold(kRowShapes32, 4) && row_shapes_hold(kRowShapes16, 8),
+              "a row shape does not hold its longest row in whole packs of a power-of-two group");
 // Threads per block when groups are at most a warp: 128, or 64 when 128-thread blocks would give
 // fewer than kMinBlocksPerSm blocks per SM (few short rows: more, smaller blocks spread the rows
 // over every SM). 128 rather than 256: on the H200 (scripts/tune_cluster.py, both in one device
