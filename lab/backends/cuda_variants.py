@@ -247,7 +247,8 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("online", Traffic(2, 1),
               "single sweep for (max, sum) with the online merge, then one write sweep"),
     _register("register_cached", Traffic(1, 1),
-              "row held in registers (sub-warp/warp per short row, block per medium row): 1 read, 1 write",
+              "row held in registers (sub-warp/warp per short row, block per medium row; 16-bit types as "
+              "their loaded words, two per register): 1 read, 1 write",
               max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
     _register("cluster", Traffic(1, 1),
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
