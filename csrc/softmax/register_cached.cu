@@ -73,11 +73,12 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // of 32 elements fit twice.
 // Held packed (see the header), 32 elements cost 16 registers, and the rows of 128 and 256 elements
 // take 32 per thread with half the threads: 64 bytes in flight per thread. On the H200, packed, a
-// grid of one block per row group beat the persistent one by 2 to 10 points of a copy at every
-// length but 2048 (scripts/tune_cluster.py, bfloat16, results/h200/tune_register_cached_packed.txt;
-// fixed sweep 96.8 to 98.1% of a copy from N = 32 to 4096, where the float registers had reached
-// 80.7 to 94.5; 2 threads of 32 elements at N = 64 reached only 85%, so N = 64 keeps 4 threads of
-// 16, like N = 32).
+// grid of one block per row group beat the persistent one by 1.8 to 10.6 points of a copy at every
+// length of the second tune but tutorial 4096x512 and 4096x1024 (level) and 2048 (behind; those
+// tiny shapes flip between runs) (scripts/tune_cluster.py, bfloat16,
+// results/h200/tune_register_cached_packed.txt; fixed sweep 96.8 to 98.1% of a copy from N = 32 to
+// 4096, where the float registers had reached 80.7 to 94.5; 2 threads of 32 elements at N = 64
+// reached only 85%, so N = 64 keeps 4 threads of 16, like N = 32).
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false},     {64, 4, 16, false},      {128, 4, 32, false},     {256, 8, 32, false},
     {512, 16, 32, false},   {1024, 32, 32, false},   {2048, 64, 32, true},    {4096, 128, 32, false},
