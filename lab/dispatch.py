@@ -19,7 +19,8 @@ The table's `lab_entries` hold the same for lab.softmax (timed as the variant `l
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
 fastest is a CUDA variant, lab.softmax calls torch.ops.lab.softmax (whose own entries name it); where
 it is a Triton one, that Triton entry, unless a CUDA variant is within TRITON_MARGIN of it or the
-Triton kernel is shorter than TRITON_HOST_MS (Triton's launch costs more host time). Neither ever
+Triton kernel is shorter than TRITON_HOST_MS (Triton's launch costs more host time); the table's
+`lab_yields` list those points, the Triton variant and why, and `explain` prints them. Neither ever
 calls a peer or PyTorch's softmax.
 """
 
@@ -40,6 +41,9 @@ AUTO = "cuda.auto"
 LAB = "lab.auto"  # the variant that times lab.softmax
 _LAB_TABLES: dict[str, dict[str, list[list]]] = {}
 """lab.softmax's entries (each table's lab_entries) by GPU model name, set by install()."""
+_LAB_YIELDS: dict[str, dict[str, list[list]]] = {}
+"""Each table's lab_yields by GPU model name: where a faster Triton variant left the entry to a CUDA one,
+and why (explain() says so)."""
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
 FILENAME = "dispatch_table.json"
 
@@ -49,10 +53,12 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
 
 
-def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[str, list[list]]:
+def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
+             yields: dict[str, list[list]] | None = None) -> dict[str, list[list]]:
     """Per dtype, [N, M, variant, GB/s] of the fastest variant of `backends` (not the entries themselves)
     at every (dtype, N, M) timed in `results`, sorted by (N, M); a Triton variant yields to the fastest
-    CUDA one within TRITON_MARGIN of it (below). A variant whose limits depend on more
+    CUDA one within TRITON_MARGIN of it or where its kernel is shorter than TRITON_HOST_MS (below), and
+    each time [N, M, the Triton variant, its GB/s, why] goes into `yields`. A variant whose limits depend on more
     than the row length (a shape_reason: cuda.grid_split's depend on M) never enters: the table's rule
     lets an entry cover more rows than were measured (the last entry of a row length takes any more),
     and shorter rows."""
@@ -72,9 +78,12 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str) -> dict[s
     entries: dict[str, list[list]] = {}
     for key in sorted(best):
         r = best[key]
-        if r["backend"] != "cuda" and key in best_cuda and _as_good_on_the_host(best_cuda[key], r):
-            r = best_cuda[key]
         dtype, n, m = key
+        why = _yield_reason(best_cuda[key], r) if r["backend"] != "cuda" and key in best_cuda else None
+        if why:
+            if yields is not None:
+                yields.setdefault(dtype, []).append([n, m, r["variant"], round(r["gbps"], 1), why])
+            r = best_cuda[key]
         entries.setdefault(dtype, []).append([n, m, r["variant"].removeprefix(strip), round(r["gbps"], 1)])
     return entries
 
@@ -93,40 +102,54 @@ TRITON_MARGIN_MS = 0.0002
 TRITON_HOST_MS = 0.05
 
 
-def _as_good_on_the_host(cuda: dict, triton: dict) -> bool:
-    """Whether the CUDA result is within the margin of the (faster) Triton one, or the Triton kernel is
-    shorter than its route's host time."""
-    if cuda["gbps"] * (1 + TRITON_MARGIN) >= triton["gbps"]:
-        return True
-    if triton.get("median_ms") is not None and triton["median_ms"] < TRITON_HOST_MS:
-        return True
+def _yield_reason(cuda: dict, triton: dict) -> str | None:
+    """Why the CUDA result keeps the entry from the (faster) Triton one: it is within the margin, or the
+    Triton kernel is shorter than its route's host time; None where the Triton one takes it."""
     cuda_ms, triton_ms = cuda.get("median_ms"), triton.get("median_ms")
-    return cuda_ms is not None and triton_ms is not None and cuda_ms - triton_ms <= TRITON_MARGIN_MS
+    if cuda["gbps"] * (1 + TRITON_MARGIN) >= triton["gbps"] or (
+            cuda_ms is not None and triton_ms is not None and cuda_ms - triton_ms <= TRITON_MARGIN_MS):
+        return (f"within {TRITON_MARGIN:.0%} or {TRITON_MARGIN_MS * 1000:.1f} us of {cuda['variant']}, "
+                "the timing's resolution")
+    if triton_ms is not None and triton_ms < TRITON_HOST_MS:
+        return (f"its kernel took {triton_ms * 1000:.1f} us, less than a call's host time on a Triton route "
+                f"(TRITON_HOST_MS, {TRITON_HOST_MS * 1000:.0f} us)")
+    return None
 
 
 def build_table(results: Iterable, gpu: str, source: str) -> dict:
     """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
-    records or their dicts): `entries`, torch.ops.lab.softmax's; and the fastest of the lab's CUDA and
-    Triton variants: `lab_entries`, lab.softmax's."""
+    records or their dicts): `entries`, torch.ops.lab.softmax's; the fastest of the lab's CUDA and
+    Triton variants: `lab_entries`, lab.softmax's; and where a faster Triton variant left a point to a
+    CUDA one, which and why: `lab_yields`."""
+    results = list(results)
+    yields: dict[str, list[list]] = {}
     return {"gpu": gpu, "source": source,
             "rule": "per dtype: the first entry [max N, max M, variant, GB/s measured] covering the shape",
             "entries": _fastest(results, ("cuda",), "cuda."),
-            "lab_entries": _fastest(results, ("cuda", "triton"), "")}
+            "lab_entries": _fastest(results, ("cuda", "triton"), "", yields),
+            "lab_yields": yields}
 
 
 def choose(entries: list[list], m: int, n: int) -> str | None:
     """The rule of csrc/softmax/dispatch/auto.cu on one dtype's entries (sorted by N, then M): the group
     of the shortest measured N >= n, in it the first entry with M >= m, else the group's last."""
+    entry = choose_entry(entries, m, n)
+    return entry[2] if entry else None
+
+
+def choose_entry(entries: list[list], m: int, n: int) -> list | None:
+    """The entry choose() takes its variant from."""
     group_last = None
-    for max_n, max_m, variant, _ in entries:
+    for entry in entries:
+        max_n, max_m = entry[0], entry[1]
         if n > max_n:
             continue
         if group_last and group_last[0] != max_n:
             break
-        group_last = (max_n, variant)
+        group_last = entry
         if m <= max_m:
             break
-    return group_last[1] if group_last else None
+    return group_last
 
 
 def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0) -> str | None:
@@ -143,6 +166,16 @@ def _lab_choice(gpu: str, m: int, n: int, dtype: torch.dtype) -> str | None:
     return choose(entries, m, n) if entries else None
 
 
+def lab_yields(m: int, n: int, dtype: torch.dtype) -> list[list]:
+    """The table's lab_yields at the entry lab.softmax takes for an (m, n) input of `dtype` on this GPU:
+    [N, M, Triton variant, its GB/s, why the CUDA variant kept the entry] ([] where none yielded)."""
+    gpu = current_gpu()
+    entry = choose_entry(_LAB_TABLES.get(gpu, {}).get(dtype_name(dtype), []), m, n)
+    if entry is None:
+        return []
+    return [y for y in _LAB_YIELDS.get(gpu, {}).get(dtype_name(dtype), []) if y[:2] == entry[:2]]
+
+
 def install(table: dict) -> None:
     """Hand the table to the extension for its GPU model (torch.ops.lab_tune.set_auto_table)."""
     names = sorted({e[2] for es in table["entries"].values() for e in es})
@@ -150,6 +183,7 @@ def install(table: dict) -> None:
             for n, m, variant, _ in es for v in (DTYPE_CODES[dtype], n, m, names.index(variant))]
     torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
     _LAB_TABLES[table["gpu"]] = table.get("lab_entries", {})
+    _LAB_YIELDS[table["gpu"]] = table.get("lab_yields", {})
     _forget_routes()
 
 
@@ -157,6 +191,7 @@ def uninstall(gpu: str) -> None:
     """Forget the table of GPU model `gpu`, in the extension and here (tests restore the committed ones)."""
     torch.ops.lab_tune.set_auto_table(gpu, [], [])
     _LAB_TABLES.pop(gpu, None)
+    _LAB_YIELDS.pop(gpu, None)
     _forget_routes()
 
 
@@ -235,6 +270,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     else:
         lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
+        lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
     if variant == "cluster":
         shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype, m)
         if shape < 0:

@@ -129,8 +129,25 @@ def test_a_triton_kernel_shorter_than_its_routes_host_time_yields_to_cuda():
     short = dispatch.TRITON_HOST_MS / 2
     records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
                timed("cuda.cluster", 1000, 8192, 4 * short), timed("triton.multirow", 2000, 8192, 2 * short)]
-    entries = dispatch.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
-    assert [e[2] for e in entries] == ["cuda.register_cached", "triton.multirow"]
+    table = dispatch.build_table(records, "NVIDIA H200", "test")
+    assert [e[2] for e in table["lab_entries"]["float32"]] == ["cuda.register_cached", "triton.multirow"]
+    (yielded,) = table["lab_yields"]["float32"]  # the table says which Triton variant left which shape
+    assert yielded[:4] == [4096, 4096, "triton.multirow", 2000] and "TRITON_HOST_MS" in yielded[4]
+
+
+def test_explain_says_why_a_faster_triton_variant_left_the_shape_to_cuda(installed_extension):
+    def timed(variant, gbps, n, ms):
+        return {**record(variant, gbps, n, 4096), "median_ms": ms}
+
+    short = dispatch.TRITON_HOST_MS / 2
+    records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
+               timed("cuda.register_cached", 1000, 512, 2 * short), timed("triton.multirow", 1005, 512, short)]
+    dispatch.install(dispatch.build_table(records, dispatch.current_gpu(), "test"))
+    lines = dispatch.explain(4096, 3000, torch.float32)
+    assert any(line.strip().startswith("triton.multirow measured 2000") and "TRITON_HOST_MS" in line for line in lines)
+    lines = dispatch.explain(100, 500, torch.float32)  # within the margin: the other reason
+    assert any("triton.multirow measured 1005" in line and "within 1%" in line for line in lines)
+    assert not [line for line in dispatch.explain(100, 5000, torch.float32) if "there, faster" in line]  # no entry
 
 
 @pytest.mark.parametrize(("m", "n"), [(m, n) for m in (1, 100, 1024, 2000, 10**6) for n in (1, 1000, 1024, 4096,
