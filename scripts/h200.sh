@@ -21,6 +21,10 @@
 #   PROFILE="peer.quack 256x262144 bfloat16;cuda.cluster 256x262144 bfloat16" bash scripts/h200.sh profile
 #                                 build, then Nsight Compute on each point (profile.txt; the default PROFILE
 #                                 is below; a peer needs the peers installed)
+#   bash scripts/h200.sh remeasure [RESULTS]  build, then the near ties of a lab run (RESULTS, default
+#                                 results/h200/results.json: commit a run's results first) timed three times,
+#                                 the command scripts/targets.py --near-ties prints: $OUT/run_{1,2,3}.json
+#                                 and .txt (about 30 s a run; with the peers installed, as the run had them)
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are
@@ -98,6 +102,18 @@ profile() {
   done 2>&1 | tee "$OUT/profile.txt"
 }
 
+# The near ties of a committed lab run, timed again three times (scripts/targets.py --remeasure decides them).
+remeasure() {
+  local results=${1:-results/h200/results.json} cmd
+  cmd=$($PYTHON scripts/targets.py "$results" --near-ties) || { status=1; return; }
+  if [ -z "$cmd" ]; then echo "no near ties in $results"; return; fi
+  for i in 1 2 3; do
+    # shellcheck disable=SC2086
+    ${cmd/run_<i>.json/$OUT/run_$i.json} >"$OUT/run_$i.txt" 2>&1 || status=1
+    echo "== remeasure run $i: $(tail -1 "$OUT/run_$i.txt")"
+  done
+}
+
 build || exit 1
 case "$MODE" in
   quick) lab --quick; tests; sanitize ;;
@@ -107,13 +123,14 @@ case "$MODE" in
   checks) tests; sanitize ;;
   full) lab; tests; sanitize ;;
   tune) tune ;;
+  remeasure) remeasure "$@" ;;
   profile) profile ;;
   fuzz) $PYTHON -m lab.fuzz --cases 10000 --max-elements 4194304 --json "$OUT/fuzz.json" "$@" 2>&1 |
           grep --line-buffered -v "^W1" | tee "$OUT/fuzz.txt" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
   trust) $PYTHON scripts/trust.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
          [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|profile|fuzz|trust"; exit 2 ;;
+  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|remeasure|profile|fuzz|trust"; exit 2 ;;
 esac
 # The device tool returns 8 files at most: the results folder travels as one archive.
 [ -d "$OUT/h200" ] && tar czf "$OUT/h200.tgz" -C "$OUT" h200 && rm -rf "$OUT/h200"
