@@ -56,7 +56,8 @@ def points(results: list[dict], auto_name: str | None = None) -> list[dict]:
         outside = {v: r for v, r in others.items() if v.startswith(OUTSIDE)}
         row = {"auto": entry, "sweep": sweep, "dtype": dtype, "m": m, "n": n, "auto_gbps": auto["gbps"],
                "pct_copy": auto["pct_copy"], "best_other": best_name, "best_other_gbps": best["gbps"],
-               "ratio": auto["gbps"] / best["gbps"]}
+               "ratio": auto["gbps"] / best["gbps"], "auto_ms": auto.get("median_ms"),
+               "best_other_ms": best.get("median_ms")}
         if outside:
             name, r = max(outside.items(), key=lambda kv: kv[1]["gbps"])
             row.update(best_outside=name, ratio_outside=auto["gbps"] / r["gbps"])
@@ -129,11 +130,19 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
         lines += ["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
                   "points where auto trails by less than 1%; where it leads by less, the run's count stands):",
                   *remeasured]
-    lines.append("- auto's five weakest points (ratio to the fastest other variant):")
+    lines.append("- auto's five weakest points (ratio to the fastest other variant; in parentheses the median time "
+                 "of a call, which tells a gap of microseconds on a tiny tensor from one on a large one):")
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
-              f"the copy, {r['ratio']:.3f}x {r['best_other']}" for r in weakest]
+              f"the copy, {r['ratio']:.3f}x {r['best_other']}{_times(r)}" for r in weakest]
     lines += ["", f"Results of: `{command}`"]
     return "\n".join(lines) + "\n"
+
+
+def _times(row: dict) -> str:
+    """' (auto 15.1 us, peer.quack 13.1)' where the run recorded both median times, else ''."""
+    if row.get("auto_ms") is None or row.get("best_other_ms") is None:
+        return ""
+    return f" ({row['auto']} {row['auto_ms'] * 1000:.1f} us, {row['best_other']} {row['best_other_ms'] * 1000:.1f})"
 
 
 def near_ties(rows: list[dict]) -> list[dict]:

@@ -77,3 +77,13 @@ def test_near_ties_give_the_command_that_re_measures_them():
     assert targets.remeasure_command(rows, table).startswith(
         "python -m lab.test --only lab.auto,peer.quack,torch.compile,triton.fused,cuda.register_cached,cuda.cluster "
         "--shape")
+
+
+def test_the_weakest_points_carry_the_times_of_a_call_where_the_run_recorded_them():
+    """A gap in GB/s on a 4 us kernel is a few hundred nanoseconds: the times say so."""
+    run = [{**record("tutorial", "lab.auto", 128, 400, 104.0), "median_ms": 0.0052},
+           {**record("tutorial", "peer.quack", 128, 478, 124.0), "median_ms": 0.0044},
+           record("fixed", "lab.auto", 4096, 3000, 80.0), record("fixed", "peer.quack", 4096, 3600, 96.0)]
+    text = targets.report(targets.points(run), "cmd", [])
+    assert "0.837x peer.quack (lab.auto 5.2 us, peer.quack 4.4)" in text
+    assert "0.833x peer.quack\n" in text  # no times recorded: none printed
