@@ -155,13 +155,9 @@ def choose_entry(entries: list[list], m: int, n: int) -> list | None:
 def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0) -> str | None:
     """The variant lab.softmax runs for an (m, n) input of `dtype` on CUDA device `device` ("cuda.<name>"
     or "triton.<name>", from the table of that device's GPU model), or None where the table has no entry
-    (lab.softmax then calls torch.ops.lab.softmax). Not called under torch.compile (see lab.softmax)."""
-    return _lab_choice(_device_name(device) if torch.cuda.is_available() else "", m, n, dtype)
-
-
-@functools.lru_cache(maxsize=4096)
-def _lab_choice(gpu: str, m: int, n: int, dtype: torch.dtype) -> str | None:
-    """lab_choice, remembered per shape (it is on every call's path); install() forgets them all."""
+    (lab.softmax then calls torch.ops.lab.softmax). Not called under torch.compile (see lab.softmax).
+    Not remembered here: lab.softmax remembers the route it derives from it per shape (lab._ROUTES)."""
+    gpu = _device_name(device) if torch.cuda.is_available() else ""
     entries = _LAB_TABLES.get(gpu, {}).get(dtype_name(dtype), [])
     return choose(entries, m, n) if entries else None
 
@@ -196,10 +192,9 @@ def uninstall(gpu: str) -> None:
 
 
 def _forget_routes() -> None:
-    """Forget every choice made with the tables before: lab_choice's and lab.softmax's (lab._ROUTES)."""
+    """Forget every route lab.softmax derived from the tables before (lab._ROUTES)."""
     import lab
 
-    _lab_choice.cache_clear()
     lab._ROUTES.clear()
 
 
