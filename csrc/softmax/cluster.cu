@@ -42,6 +42,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -125,6 +128,11 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // CTAs with fewer (81.2 against 256 x 64 on 16 CTAs' 80.6; 81.5 against 80.3 in the first run);
 // float32 N = 65536 with 4096 rows runs its 2-CTA clusters one per row (94.1 against persistent 93.3;
 // 94.5 against 93.6).
+// bfloat16's packed write then folded the division into the exponent (see the write in
+// resident_kernel): A/B in one device call (scripts/ab.sh, every packed shape and cluster size from
+// N = 8192 up, results/h200/ab_cluster_fold_rc16.txt): the median configuration gained 0.4 to 0.8
+// points of a copy at every length but tutorial 4096x8192 (-0.7); the plan's picks: 1024x65536 89.4 ->
+// 90.0, 256x262144 81.2 -> 82.2, 4096x8192 99.1 -> 97.3, the others within 0.4. The plan is unchanged.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -436,15 +444,26 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
       // y = exp(x - M) / D, recomputed from the inputs. A NaN anywhere in the row made D NaN, so
       // the whole row is NaN; an all -inf row has M = -inf, and x - M = NaN, as in torch; a -inf
       // element of any other row gives exp(-inf) = 0.
+      // bfloat16: 2^((x - M) log2 e - log2 D), the division folded into the exponent (one FFMA and one
+      // ex2 per element after the subtraction, where the float16 form takes FMUL, ex2 and FMUL), the
+      // elements converted by permutes (see bfloat16_word_to_float2_by_permute: with word_to_float2 here
+      // ptxas spilled). float16 keeps the multiply: its conversion has no second form that ptxas keeps
+      // apart from the exp-sum's.
       const float inv_d = 1.0f / total.d;
+      const float log2_d = fast_log2(total.d);
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
         if (k >= n) continue;
         uint32_t out[kPackWords];
 #pragma unroll
         for (int i = 0; i < kPackWords; ++i) {
-          const float2 f = word_to_float2<T>(v[k][i]);
-          out[i] = float2_to_word<T>(fast_exp(f.x - total.m) * inv_d, fast_exp(f.y - total.m) * inv_d);
+          if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+            const float2 f = bfloat16_word_to_float2_by_permute(v[k][i]);
+            out[i] = float2_to_word<T>(fast_exp_over(f.x - total.m, log2_d), fast_exp_over(f.y - total.m, log2_d));
+          } else {
+            const float2 f = word_to_float2<T>(v[k][i]);
+            out[i] = float2_to_word<T>(fast_exp(f.x - total.m) * inv_d, fast_exp(f.y - total.m) * inv_d);
+          }
         }
         T* dst = yr + k * THREADS * K;
         if (k != tk) {
@@ -510,11 +529,37 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
 // --- launch ---------------------------------------------------------------------------------------
 
+// The clusters of a launch configuration that can be resident at once on the current device: the
+// kernel's attributes set and cudaOccupancyMaxActiveClusters asked once per (kernel, device, cluster
+// size, threads, shared memory), then remembered. Asked on every call, they are host time on every
+// call (the occupancy query above all), which a small input's kernel cannot hide.
+template <typename Kernel>
+cudaError_t resident_clusters(Kernel kernel, int cluster, int smem, const cudaLaunchConfig_t& config, int* resident) {
+  using Key = std::tuple<const void*, int, int, unsigned, int>;
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  int device = 0;
+  LAB_CUDA_TRY(cudaGetDevice(&device));
+  const Key key{reinterpret_cast<const void*>(kernel), device, cluster, config.blockDim.x, smem};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = known.find(key);
+    if (it != known.end()) {
+      *resident = it->second;
+      return cudaSuccess;
+    }
+  }
+  LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  LAB_CUDA_TRY(cudaOccupancyMaxActiveClusters(resident, kernel, &config));
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, *resident);
+  return cudaSuccess;
+}
+
 template <typename Kernel, typename... Args>
 cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, int64_t rows, bool persistent,
                             cudaStream_t stream, Args... args) {
-  LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -531,7 +576,7 @@ cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, i
   // the rows); else one cluster per row (up to the grid's limit). A shape that cannot be resident
   // at all is refused rather than launched.
   int resident = 0;
-  LAB_CUDA_TRY(cudaOccupancyMaxActiveClusters(&resident, kernel, &config));
+  LAB_CUDA_TRY(resident_clusters(kernel, cluster, smem, config, &resident));
   if (resident < 1) return cudaErrorInvalidConfiguration;
   const int64_t clusters = std::min<int64_t>(rows, persistent ? resident : INT_MAX / cluster);
   config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));

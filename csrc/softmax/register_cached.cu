@@ -23,8 +23,9 @@
 // Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at 0ee9478):
 // 97-100% of a copy in float32 and 95-99% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
 // its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
-// its warps stalled on their loads); QuACK's kernel reaches 98-101 there, and what holds bfloat16
-// N = 128 to 1024 2-3 points back is not measured yet. N = 16384: 91-92%, one row per block of 512
+// its warps stalled on their loads); QuACK's kernel reaches 98-101 there. bfloat16 N = 128 to 512
+// took 16 elements per thread instead of 32 (results/h200/ab_cluster_fold_rc16.txt: fixed sweep
+// 94.3 -> 98.1, 96.4 -> 98.8, 96.8 -> 98.7% of a copy). N = 16384: 91-92%, one row per block of 512
 // or 1024 threads, at most two rows per SM in flight; cluster splits such rows and is faster there.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
@@ -79,9 +80,14 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // results/h200/tune_register_cached_packed.txt; fixed sweep 96.8 to 98.1% of a copy from N = 32 to
 // 4096, where the float registers had reached 80.7 to 94.5; 2 threads of 32 elements at N = 64
 // reached only 85%, so N = 64 keeps 4 threads of 16, like N = 32).
+// N = 128 to 512 then went from 32 elements per thread to 16 (twice the threads per row, fewer
+// registers, more warps resident): in one device call (scripts/ab.sh, results/h200/
+// ab_cluster_fold_rc16.txt) the fixed sweep's 524288x128 gained 94.3 -> 98.1% of a copy, 262144x256
+// 96.4 -> 98.8, 131072x512 96.8 -> 98.7; the tutorial's 1 MB 4096x128 went 98.2 -> 90.1 and 4 MB
+// 4096x512 90.0 -> 93.8 (those tiny shapes flip between runs).
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false},     {64, 4, 16, false},      {128, 4, 32, false},     {256, 8, 32, false},
-    {512, 16, 32, false},   {1024, 32, 32, false},   {2048, 64, 32, true},    {4096, 128, 32, false},
+    {32, 2, 16, false},     {64, 4, 16, false},      {128, 8, 16, false},     {256, 16, 16, false},
+    {512, 32, 16, false},   {1024, 32, 32, false},   {2048, 64, 32, true},    {4096, 128, 32, false},
     {8192, 256, 32, false}, {16384, 512, 32, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);

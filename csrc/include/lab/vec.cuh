@@ -86,6 +86,19 @@ __device__ __forceinline__ float2 word_to_float2<__nv_bfloat16>(uint32_t w) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
 
+// A bfloat16 word's two elements as floats, by byte permutes (PRMT) instead of word_to_float2's
+// shift and mask: the same values, but instructions ptxas does not recognise as the ones an earlier
+// word_to_float2 of the same word issued. A second pass over a fragment (cluster's packed write)
+// converts with this: with word_to_float2 there, ptxas merged the two passes' conversions and kept
+// the floats of the first live across the exchange, and spilled (16-176 bytes in nine bfloat16
+// kernels of 72 and 128 registers).
+__device__ __forceinline__ float2 bfloat16_word_to_float2_by_permute(uint32_t w) {
+  uint32_t lo, hi;
+  asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(w));  // bytes {0, 0, w0, w1}: the low element
+  asm("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(hi) : "r"(w));  // bytes {0, 0, w2, w3}: the high element
+  return make_float2(__uint_as_float(lo), __uint_as_float(hi));
+}
+
 // Two floats rounded (to nearest even) into one word: lo in the low 16 bits (one cvt instruction).
 template <typename T>
 __device__ __forceinline__ uint32_t float2_to_word(float lo, float hi);
