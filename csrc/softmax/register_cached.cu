@@ -85,9 +85,13 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // ab_cluster_fold_rc16.txt) the fixed sweep's 524288x128 gained 94.3 -> 98.1% of a copy, 262144x256
 // 96.4 -> 98.8, 131072x512 96.8 -> 98.7; the tutorial's 1 MB 4096x128 went 98.2 -> 90.1 and 4 MB
 // 4096x512 90.0 -> 93.8 (those tiny shapes flip between runs).
+// N = 2048 and 4096 at 16 elements (results/h200/ab_rc16_2048_4096.txt, three passes a side in one
+// call): tutorial 4096x2048 on one block per row group 89.7/91.2/91.1% at 64 x 32 (persistent, the
+// table's choice then: 82.0/82.2/82.7) against 96.2/91.9/101.2 at 128 x 16, which N = 2048 now takes;
+// fixed 16384x4096 97.6/98.0/98.0 at 128 x 32 against 94.1/94.7/95.1 at 256 x 16: N = 4096 keeps 32.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false},     {64, 4, 16, false},      {128, 8, 16, false},     {256, 16, 16, false},
-    {512, 32, 16, false},   {1024, 32, 32, false},   {2048, 64, 32, true},    {4096, 128, 32, false},
+    {512, 32, 16, false},   {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 128, 32, false},
     {8192, 256, 32, false}, {16384, 512, 32, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
