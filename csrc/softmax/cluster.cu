@@ -1,7 +1,7 @@
 // cluster: a row split across a Hopper thread-block cluster, read from HBM once at any length.
 //
 // Packed 16-bit path (shapes with `packed` set; float16 and bfloat16 only; kPlan16 takes them from
-// N = 8192 to 131072, where scripts/tune_cluster.py measured them fastest): each thread holds its
+// N = 8192 to 262144, where scripts/tune_cluster.py measured them fastest): each thread holds its
 // slice as the 16-byte packs it loaded, 8 elements in 4 registers, instead of 8 float32 registers,
 // so a CTA holds twice the row per register (and twice the bytes in flight with direct loads).
 // Loaded straight from global memory (stages 0) or through the same cp.async staging. The max is
@@ -128,6 +128,11 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // CTAs with fewer (81.2 against 256 x 64 on 16 CTAs' 80.6; 81.5 against 80.3 in the first run);
 // float32 N = 65536 with 4096 rows runs its 2-CTA clusters one per row (94.1 against persistent 93.3;
 // 94.5 against 93.6).
+// After the packed unstaged shapes were given 64 registers (kResidentMinBlocks; results/h200/
+// ab_cluster_lean_packed.txt, every packed shape and cluster size from N = 8192 up, bfloat16), two
+// entries changed: N = 32768 takes 512 x 64 packed on 1 CTA (96.1% of a copy against 256 x 128's
+// 94.7) and N = 262144 with fewer than 4096 rows 256 x 64 packed on 16 CTAs, persistent (84.8 against
+// 256 x 128 on 8's 82.0).
 // bfloat16's packed write then folded the division into the exponent (see the write in
 // resident_kernel): A/B in one device call (scripts/ab.sh, every packed shape and cluster size from
 // N = 8192 up, results/h200/ab_cluster_fold_rc16.txt): the median configuration gained 0.4 to 0.8
@@ -146,9 +151,9 @@ constexpr PlanEntry kPlan32[] = {  // float32
     {262144, 16, 16, true}, {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
-    {4096, 0, 1, true},        {8192, 18, 1, false},   {16384, 20, 1, false},      {32768, 23, 1, false},
+    {4096, 0, 1, true},        {8192, 18, 1, false},   {16384, 20, 1, false},      {32768, 26, 1, false},
     {65536, 29, 1, false, 4096}, {65536, 18, 8, true}, {131072, 29, 2, true},      {262144, 29, 4, true, 4096},
-    {262144, 23, 8, true},     {524288, 11, 16, true},
+    {262144, 20, 16, true},    {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
@@ -296,16 +301,20 @@ template <typename T, int ELEMS, bool PACKED>
 constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 : ELEMS;
 
 // Registers asked of __launch_bounds__: the row data plus about 40 for addresses, loop state and
-// the reductions (32 for the float-register shapes that stage nothing: with 40, 512 x 32 took 65
-// registers and one CTA per SM instead of 64 and two, and lost a third of its speed on the H200), so
-// that ptxas neither spills nor caps residency lower than needed.
+// the reductions (32 for the shapes that stage nothing: with 40, float32-register 512 x 32 took 65
+// registers and one CTA per SM instead of 64 and two, and lost a third of its speed on the H200; the
+// packed unstaged shapes then took 64 where they had taken 70-99 - 128 x 64 8 CTAs per SM instead of
+// 7, 256 x 64 4 instead of 3, 512 x 64 2 instead of 1 - with no spills, and 256 x 64 on 16 CTAs went
+// from 80.4 to 84.8% of a copy at bfloat16 256x262144, 512 x 64 on one from 81.9 to 96.1 at
+// 4096x32768: results/h200/ab_cluster_lean_packed.txt), so that ptxas neither spills nor caps
+// residency lower than needed.
 template <int THREADS, int REGS, bool LEAN>
 constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + (LEAN ? 32 : 40))));
 
 // PACKED (16-bit T only): the thread's fragment is the packs as loaded, kPackWords words each
 // (see the header comment); else ELEMS floats.
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
-__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0 && !PACKED>))
+__global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0>))
     cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                     int64_t x_stride, int64_t y_stride, int slice_packs) {
   constexpr int K = kPack<T>;
