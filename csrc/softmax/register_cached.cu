@@ -60,9 +60,13 @@ struct RowShape {
   int elems_per_thread;
   bool persistent;
 };
+// float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
+// fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
+// (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
+// 8 x 4 at N = 32 and 16 x 4 at N = 64 gained no more than that bias (+0.5, +1.1) and were not kept.
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 4, 8, false},     {64, 8, 8, false},       {128, 16, 8, false},     {256, 32, 8, false},
-    {512, 32, 16, false},  {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 256, 16, false},
+    {512, 64, 8, false},   {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 256, 16, false},
     {8192, 512, 16, false}, {16384, 1024, 16, true},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
@@ -89,9 +93,13 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // call): tutorial 4096x2048 on one block per row group 89.7/91.2/91.1% at 64 x 32 (persistent, the
 // table's choice then: 82.0/82.2/82.7) against 96.2/91.9/101.2 at 128 x 16, which N = 2048 now takes;
 // fixed 16384x4096 97.6/98.0/98.0 at 128 x 32 against 94.1/94.7/95.1 at 256 x 16: N = 4096 keeps 32.
+// N = 1024 then went to 64 threads x 16 elements, one row per 64-thread block (was a warp of 32 x 32):
+// fixed 65536x1024 97.0/97.0/97.2% -> 100.1/100.0/100.1 (results/h200/ab_register_cached_short.txt,
+// three passes a side in one call, where shapes left unchanged read about 0.5 higher on the B side);
+// 8 elements per thread at N = 64 and 128 (8 and 16 threads, QuACK's split) were level there.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false},     {64, 4, 16, false},      {128, 8, 16, false},     {256, 16, 16, false},
-    {512, 32, 16, false},   {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 128, 32, false},
+    {512, 32, 16, false},   {1024, 64, 16, false},   {2048, 128, 16, false},  {4096, 128, 32, false},
     {8192, 256, 32, false}, {16384, 512, 32, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
