@@ -20,13 +20,13 @@
 // refuses with cudaErrorInvalidValue.
 // Any rows (64-bit offsets), any N >= 1, any row strides: a row whose start is not 16-byte aligned
 // is read and written with scalar accesses.
-// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at 0ee9478):
-// 97-100% of a copy in float32 and 95-99% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
+// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at c1f8eda):
+// 97-100% of a copy in float32 and 96-100% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
 // its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
-// its warps stalled on their loads); QuACK's kernel reaches 98-101 there. bfloat16 N = 128 to 512
-// took 16 elements per thread instead of 32 (results/h200/ab_cluster_fold_rc16.txt: fixed sweep
-// 94.3 -> 98.1, 96.4 -> 98.8, 96.8 -> 98.7% of a copy). N = 16384: 91-92%, one row per block of 512
-// or 1024 threads, at most two rows per SM in flight; cluster splits such rows and is faster there.
+// its warps stalled on their loads); QuACK's kernel reaches 98-101 there. The row shapes of N = 128
+// to 2048 in 16 bits and N = 512 in float32 were then re-chosen by A/B calls (the tables' comments
+// below). N = 16384: 91%, one row per block of 512 or 1024 threads, at most two rows per SM in
+// flight; cluster splits such rows and is faster there.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <climits>
