@@ -128,16 +128,17 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // CTAs with fewer (81.2 against 256 x 64 on 16 CTAs' 80.6; 81.5 against 80.3 in the first run);
 // float32 N = 65536 with 4096 rows runs its 2-CTA clusters one per row (94.1 against persistent 93.3;
 // 94.5 against 93.6).
+// bfloat16's packed write then folded the division into the exponent (see the write in
+// cluster_resident_softmax_kernel): A/B in one device call (scripts/ab.sh, every packed shape and cluster size from
+// N = 8192 up, results/h200/ab_cluster_fold_rc16.txt): the median configuration gained 0.4 to 0.8
+// points of a copy at every length but tutorial 4096x8192 (-0.7); the plan's picks: 1024x65536 89.4 ->
+// 90.0, 256x262144 81.2 -> 82.2, 4096x8192 99.1 -> 97.3 (the next A/B, with the fold on both sides, read
+// the same drop there on its second side), the others within 0.4. The plan was kept.
 // After the packed unstaged shapes were given 64 registers (kResidentMinBlocks; results/h200/
 // ab_cluster_lean_packed.txt, every packed shape and cluster size from N = 8192 up, bfloat16), two
 // entries changed: N = 32768 takes 512 x 64 packed on 1 CTA (96.1% of a copy against 256 x 128's
 // 94.7) and N = 262144 with fewer than 4096 rows 256 x 64 packed on 16 CTAs, persistent (84.8 against
 // 256 x 128 on 8's 82.0).
-// bfloat16's packed write then folded the division into the exponent (see the write in
-// resident_kernel): A/B in one device call (scripts/ab.sh, every packed shape and cluster size from
-// N = 8192 up, results/h200/ab_cluster_fold_rc16.txt): the median configuration gained 0.4 to 0.8
-// points of a copy at every length but tutorial 4096x8192 (-0.7); the plan's picks: 1024x65536 89.4 ->
-// 90.0, 256x262144 81.2 -> 82.2, 4096x8192 99.1 -> 97.3, the others within 0.4. The plan is unchanged.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
