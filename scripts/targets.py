@@ -4,7 +4,10 @@ Reads a results.json written by `python -m lab.test` (softmax) and prints, for e
 fixed and tutorial sweeps and each dtype: auto's GB/s and percent of the same run's copy, the fastest
 other variant of the run (the lab's own, the peers, torch.softmax, torch.compile) and auto's ratio to
 it; then the counts against the targets (auto >= 95% of the copy at every fixed-sweep point; auto >=
-every other variant at every point) and auto's five weakest points. Nothing is measured here.
+every other variant at every point) and auto's five weakest points. Nothing is measured here. Where
+the run's dispatch_table.json lies beside it, a comparison with the very kernel of auto's route (the
+variant it routes to, or cuda.auto running the same CUDA kernel) is marked: a ratio there is the
+timing's spread, not a kernel's.
 "auto" is lab.auto (lab.softmax, which may run a Triton kernel) where the run timed it, else cuda.auto
 (torch.ops.lab.softmax, CUDA kernels only); --auto picks either.
 
@@ -18,7 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lab.dispatch import choose  # noqa: E402  (the table's rule, as lab.softmax applies it)
 
 AUTOS = ("lab.auto", "cuda.auto")  # the fast entries, the one to judge first
 # The variants the issue names as auto's competition: the peers and PyTorch's own (every other variant
@@ -65,7 +73,7 @@ def points(results: list[dict], auto_name: str | None = None) -> list[dict]:
     return rows
 
 
-def remeasure(rows: list[dict], runs: list[list[dict]]) -> list[str]:
+def remeasure(rows: list[dict], runs: list[list[dict]], table: dict | None = None) -> list[str]:
     """The issue's rule for a near tie: a point where auto trails by less than 1% is re-measured three
     times and the median of medians decides. `runs` are the results of those runs (python -m lab.test
     --shape ...); each row that trails by less than 1% and was re-measured gets `ratio_remeasured` and/or
@@ -93,7 +101,8 @@ def remeasure(rows: list[dict], runs: list[list[dict]]) -> list[str]:
             against = "every other variant" if key == "ratio" else "the peers and PyTorch"
             lines.append(f"  - {row['sweep']} {row['dtype']} {row['m']}x{row['n']} against {against}: "
                          f"{row[key]:.3f} in the run; median of {len(got[entry])} re-measures: auto {auto:.0f} GB/s, "
-                         f"{name} {best:.0f}: {auto / best:.3f} ({'ahead' if auto >= best else 'behind'})")
+                         f"{name} {best:.0f}: {auto / best:.3f} ({'ahead' if auto >= best else 'behind'}"
+                         f"{TWIN if route_twin(row, name, table) else ''})")
     return lines
 
 
@@ -110,7 +119,7 @@ def tally(rows: list[dict], key: str) -> tuple[int, int, int]:
     return ahead, within, len(compared)
 
 
-def report(rows: list[dict], command: str, remeasured: list[str] | None = None) -> str:
+def report(rows: list[dict], command: str, remeasured: list[str] | None = None, table: dict | None = None) -> str:
     lines = ["| sweep | dtype | M x N | auto GB/s | % of copy | fastest other | its GB/s | auto / it |",
              "|---|---|---|---:|---:|---|---:|---:|"]
     for r in rows:
@@ -133,7 +142,8 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None) 
     lines.append("- auto's five weakest points (ratio to the fastest other variant; in parentheses the median time "
                  "of a call, which tells a gap of microseconds on a tiny tensor from one on a large one):")
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
-              f"the copy, {r['ratio']:.3f}x {r['best_other']}{_times(r)}" for r in weakest]
+              f"the copy, {r['ratio']:.3f}x {r['best_other']}{_times(r)}"
+              f"{TWIN if route_twin(r, r['best_other'], table) else ''}" for r in weakest]
     lines += ["", f"Results of: `{command}`"]
     return "\n".join(lines) + "\n"
 
@@ -143,6 +153,26 @@ def _times(row: dict) -> str:
     if row.get("auto_ms") is None or row.get("best_other_ms") is None:
         return ""
     return f" ({row['auto']} {row['auto_ms'] * 1000:.1f} us, {row['best_other']} {row['best_other_ms'] * 1000:.1f})"
+
+
+def route_twin(row: dict, rival: str, table: dict | None) -> bool:
+    """Whether `rival` runs the very kernel of auto's route at the row's point, by the run's dispatch table
+    (a run rebuilds auto's table from its own results before it times auto): the variant lab.auto routes
+    to, or cuda.auto where lab.auto's route is the CUDA variant cuda.auto picks too. Such a comparison is
+    the same code timed twice, and its ratio is the timing's spread."""
+    if not table:
+        return False
+    m, n, dtype = row["m"], row["n"], row["dtype"]
+    cuda_route = choose(table.get("entries", {}).get(dtype, []), m, n)
+    cuda_route = "cuda." + cuda_route if cuda_route else None
+    route = choose(table.get("lab_entries", {}).get(dtype, []), m, n) if row["auto"] == "lab.auto" else cuda_route
+    if route is None:
+        return False
+    return rival == route or (rival == "cuda.auto" and route == cuda_route) or (
+        rival == "lab.auto" and route == cuda_route)
+
+
+TWIN = " - the kernel of auto's route, timed twice"
 
 
 def near_ties(rows: list[dict]) -> list[dict]:
@@ -193,13 +223,13 @@ def main() -> None:
     rows = points(data["results"], auto)
     if not rows:
         raise SystemExit(f"targets: no point of {args.results} timed {auto}")
+    table_path = args.results.parent / "dispatch_table.json"
+    table = json.loads(table_path.read_text()) if table_path.exists() else None
     if args.near_ties:
-        table_path = args.results.parent / "dispatch_table.json"
-        table = json.loads(table_path.read_text()) if table_path.exists() else None
         print(remeasure_command(rows, table) or "no near ties")
         return
-    lines = remeasure(rows, [json.loads(p.read_text())["results"] for p in args.remeasure])
-    text = report(rows, data.get("command", "?"), lines)
+    lines = remeasure(rows, [json.loads(p.read_text())["results"] for p in args.remeasure], table)
+    text = report(rows, data.get("command", "?"), lines, table)
     print(text, end="")
     if args.markdown:
         env = data.get("environment", {})

@@ -87,3 +87,25 @@ def test_the_weakest_points_carry_the_times_of_a_call_where_the_run_recorded_the
     text = targets.report(targets.points(run), "cmd", [])
     assert "0.837x peer.quack (lab.auto 5.2 us, peer.quack 4.4)" in text
     assert "0.833x peer.quack\n" in text  # no times recorded: none printed
+
+
+def test_a_comparison_with_the_kernel_of_autos_own_route_is_marked():
+    """lab.auto against the variant it routes to (or cuda.auto running that CUDA kernel) is one kernel timed
+    twice: the report says so, and only there."""
+    run = [record("tutorial", "lab.auto", 512, 1000, 90.0),
+           record("tutorial", "cuda.register_cached", 512, 1090, 98.1),
+           record("tutorial", "lab.auto", 1024, 1000, 90.0), record("tutorial", "cuda.auto", 1024, 1040, 93.6),
+           record("tutorial", "lab.auto", 2048, 1000, 90.0), record("tutorial", "peer.quack", 2048, 1050, 94.5),
+           record("tutorial", "lab.auto", 4096, 1000, 90.0), record("tutorial", "cuda.auto", 4096, 1030, 92.7)]
+    routes = [[n, 4096, "cuda.register_cached", 1] for n in (512, 1024, 2048)] + [[4096, 4096, "triton.multirow", 1]]
+    table = {"lab_entries": {"bfloat16": routes},
+             "entries": {"bfloat16": [[1024, 4096, "register_cached", 1], [4096, 4096, "cluster", 1]]}}
+    rows = targets.points(run)
+    twin = {r["n"]: targets.route_twin(r, r["best_other"], table) for r in rows}
+    # 512: its route itself; 1024: cuda.auto picks the route's CUDA kernel; 2048: a peer; 4096: the route is
+    # Triton, cuda.auto runs cluster
+    assert twin == {512: True, 1024: True, 2048: False, 4096: False}
+    assert not any(targets.route_twin(r, r["best_other"], None) for r in rows)  # no table, no claim
+    text = targets.report(rows, "cmd", [], table)
+    assert text.count(targets.TWIN) == 2
+    assert f"0.917x cuda.register_cached{targets.TWIN}" in text and "0.952x peer.quack\n" in text
