@@ -156,20 +156,18 @@ def _times(row: dict) -> str:
 
 
 def route_twin(row: dict, rival: str, table: dict | None) -> bool:
-    """Whether `rival` runs the very kernel of auto's route at the row's point, by the run's dispatch table
-    (a run rebuilds auto's table from its own results before it times auto): the variant lab.auto routes
-    to, or cuda.auto where lab.auto's route is the CUDA variant cuda.auto picks too. Such a comparison is
-    the same code timed twice, and its ratio is the timing's spread."""
+    """Whether `rival` runs the very kernel auto runs at the row's point, by the run's dispatch table (a
+    run rebuilds auto's table from its own results before it times auto): lab.auto runs its lab_entries'
+    variant, cuda.auto its entries' CUDA variant, any other variant itself. Such a comparison is the same
+    code timed twice, and its ratio is the timing's spread."""
     if not table:
         return False
     m, n, dtype = row["m"], row["n"], row["dtype"]
     cuda_route = choose(table.get("entries", {}).get(dtype, []), m, n)
-    cuda_route = "cuda." + cuda_route if cuda_route else None
-    route = choose(table.get("lab_entries", {}).get(dtype, []), m, n) if row["auto"] == "lab.auto" else cuda_route
-    if route is None:
-        return False
-    return rival == route or (rival == "cuda.auto" and route == cuda_route) or (
-        rival == "lab.auto" and route == cuda_route)
+    kernel = {"lab.auto": choose(table.get("lab_entries", {}).get(dtype, []), m, n),
+              "cuda.auto": "cuda." + cuda_route if cuda_route else None}
+    mine = kernel.get(row["auto"], row["auto"])
+    return mine is not None and mine == kernel.get(rival, rival)
 
 
 TWIN = " - the kernel of auto's route, timed twice"

@@ -109,3 +109,13 @@ def test_a_comparison_with_the_kernel_of_autos_own_route_is_marked():
     text = targets.report(rows, "cmd", [], table)
     assert text.count(targets.TWIN) == 2
     assert f"0.917x cuda.register_cached{targets.TWIN}" in text and "0.952x peer.quack\n" in text
+    # judged as cuda.auto: lab.auto is its twin only where lab.auto's route is cuda.auto's CUDA kernel
+    as_cuda = targets.points([{**rec, "variant": "cuda.auto" if rec["variant"] == "lab.auto" else rec["variant"]}
+                              for rec in run[:2]] + [record("tutorial", "lab.auto", 512, 1100, 99.0)], "cuda.auto")
+    assert as_cuda[0]["auto"] == "cuda.auto" and as_cuda[0]["best_other"] == "lab.auto"
+    table_512 = {"lab_entries": {"bfloat16": [[512, 4096, "triton.multirow", 1]]},
+                 "entries": {"bfloat16": [[512, 4096, "register_cached", 1]]}}
+    assert not targets.route_twin(as_cuda[0], "lab.auto", table_512)
+    table_512["lab_entries"]["bfloat16"][0][2] = "cuda.register_cached"
+    assert targets.route_twin(as_cuda[0], "lab.auto", table_512)
+    assert targets.route_twin(as_cuda[0], "cuda.register_cached", table_512)
