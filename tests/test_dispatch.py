@@ -19,6 +19,11 @@ def record(variant: str, gbps: float, n: int, m: int, dtype: str = "float32", st
             "n": n, "m": m}
 
 
+def timed(variant: str, gbps: float, n: int, ms: float) -> dict:
+    """A record of 4096 rows with its median time (the Triton host-time rules read it)."""
+    return {**record(variant, gbps, n, 4096), "median_ms": ms}
+
+
 RECORDS = [
     record("cuda.register_cached", 4000, 1024, 65536), record("cuda.cluster", 3000, 1024, 65536),
     record("cuda.register_cached", 3000, 65536, 1024), record("cuda.cluster", 3900, 65536, 1024),
@@ -110,12 +115,9 @@ def test_lab_entries_take_the_fastest_cuda_or_triton_variant_never_a_peer_or_tor
 def test_a_triton_variant_takes_a_lab_entry_only_beyond_the_margin_over_cuda():
     """Within 1% of the fastest CUDA variant, or 0.2 us on a short kernel, the CUDA one keeps the entry:
     lab.softmax's Triton route costs more host time per call."""
-    def timed(variant, gbps, ms, n):
-        return {**record(variant, gbps, n, 4096), "median_ms": ms}
-
-    records = [timed("cuda.register_cached", 1000, 0.0091, 512), timed("triton.multirow", 1012, 0.0090, 512),
-               timed("cuda.cluster", 3970, 1.0, 65536), timed("triton.looped", 4000, 0.9925, 65536),
-               timed("cuda.online", 3900, 1.0, 131072), timed("triton.looped", 4000, 0.975, 131072)]
+    records = [timed("cuda.register_cached", 1000, 512, 0.0091), timed("triton.multirow", 1012, 512, 0.0090),
+               timed("cuda.cluster", 3970, 65536, 1.0), timed("triton.looped", 4000, 65536, 0.9925),
+               timed("cuda.online", 3900, 131072, 1.0), timed("triton.looped", 4000, 131072, 0.975)]
     entries = dispatch.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
     assert [e[2] for e in entries] == ["cuda.register_cached", "cuda.cluster", "triton.looped"]
 
@@ -123,9 +125,6 @@ def test_a_triton_variant_takes_a_lab_entry_only_beyond_the_margin_over_cuda():
 def test_a_triton_kernel_shorter_than_its_routes_host_time_yields_to_cuda():
     """Twice as fast, but shorter than a call's host time on the Triton route: the CUDA variant keeps
     the entry; the same lead on a kernel longer than that takes it."""
-    def timed(variant, gbps, n, ms):
-        return {**record(variant, gbps, n, 4096), "median_ms": ms}
-
     short = dispatch.TRITON_HOST_MS / 2
     records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
                timed("cuda.cluster", 1000, 8192, 4 * short), timed("triton.multirow", 2000, 8192, 2 * short)]
@@ -136,9 +135,6 @@ def test_a_triton_kernel_shorter_than_its_routes_host_time_yields_to_cuda():
 
 
 def test_explain_says_why_a_faster_triton_variant_left_the_shape_to_cuda(installed_extension):
-    def timed(variant, gbps, n, ms):
-        return {**record(variant, gbps, n, 4096), "median_ms": ms}
-
     short = dispatch.TRITON_HOST_MS / 2
     records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
                timed("cuda.register_cached", 1000, 512, 2 * short), timed("triton.multirow", 1005, 512, short)]
