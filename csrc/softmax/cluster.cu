@@ -459,32 +459,47 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
       // elements converted by permutes (see bfloat16_word_to_float2_by_permute: with word_to_float2 here
       // ptxas spilled). float16 keeps the multiply: its conversion has no second form that ptxas keeps
       // apart from the exp-sum's.
+      // Where |M| <= kFoldMax (exp.cuh) the subtraction folds into the FFMA as well: 2^(x log2 e - c),
+      // c = M log2 e + log2 D, one FFMA and one ex2 per element (bfloat16); the loop is compiled for
+      // both forms and the row takes one (M is the row's: no divergence).
       const float inv_d = 1.0f / total.d;
       const float log2_d = fast_log2(total.d);
+      const float c = total.m * kLog2e + log2_d;
+      const auto write = [&](auto fold) {
 #pragma unroll
-      for (int k = 0; k < PACKS; ++k) {
-        if (k >= n) continue;
-        uint32_t out[kPackWords];
+        for (int k = 0; k < PACKS; ++k) {
+          if (k >= n) continue;
+          uint32_t out[kPackWords];
 #pragma unroll
-        for (int i = 0; i < kPackWords; ++i) {
-          if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-            const float2 f = bfloat16_word_to_float2_by_permute(v[k][i]);
-            out[i] = float2_to_word<T>(fast_exp_over(f.x - total.m, log2_d), fast_exp_over(f.y - total.m, log2_d));
+          for (int i = 0; i < kPackWords; ++i) {
+            if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+              const float2 f = bfloat16_word_to_float2_by_permute(v[k][i]);
+              if constexpr (decltype(fold)::value) {
+                out[i] = float2_to_word<T>(fast_exp2_fma(f.x, c), fast_exp2_fma(f.y, c));
+              } else {
+                out[i] = float2_to_word<T>(fast_exp_over(f.x - total.m, log2_d), fast_exp_over(f.y - total.m, log2_d));
+              }
+            } else {
+              const float2 f = word_to_float2<T>(v[k][i]);
+              out[i] = float2_to_word<T>(fast_exp(f.x - total.m) * inv_d, fast_exp(f.y - total.m) * inv_d);
+            }
+          }
+          T* dst = yr + k * THREADS * K;
+          if (k != tk) {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
           } else {
-            const float2 f = word_to_float2<T>(v[k][i]);
-            out[i] = float2_to_word<T>(fast_exp(f.x - total.m) * inv_d, fast_exp(f.y - total.m) * inv_d);
-          }
-        }
-        T* dst = yr + k * THREADS * K;
-        if (k != tk) {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
-        } else {
-          uint16_t* bits = reinterpret_cast<uint16_t*>(dst);
+            uint16_t* bits = reinterpret_cast<uint16_t*>(dst);
 #pragma unroll
-          for (int j = 0; j < K; ++j) {
-            if (j < tail) bits[j] = static_cast<uint16_t>(out[j / 2] >> (16 * (j % 2)));
+            for (int j = 0; j < K; ++j) {
+              if (j < tail) bits[j] = static_cast<uint16_t>(out[j / 2] >> (16 * (j % 2)));
+            }
           }
         }
+      };
+      if (std::is_same_v<T, __nv_bfloat16> && foldable(total.m)) {
+        write(std::true_type{});
+      } else {
+        write(std::false_type{});
       }
     } else {
       // y = e * exp(m_t - M) / D. A thread with m_t = -inf holds zeros (or NaN): its factor is 0 / D,

@@ -268,31 +268,43 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
 
     // Packed: y = exp(x - m) / d recomputed from the inputs (word_softmax, the division folded into
     // the exponent); else y = e / d from the exponentials kept.
+    // Packed, where |m| <= kFoldMax (exp.cuh): the subtraction folds into the FFMA too
+    // (word_softmax_folded); the loop is compiled for both forms and the row's group takes one.
     const float inv_d = 1.0f / d;
     const float log2_d = fast_log2(d);
+    const float c = m * kLog2e + log2_d;
     T* yr = y + row * y_stride;
     const bool wide_out = is_aligned(yr);
+    const auto write = [&](auto fold) {
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
-      const int e0 = (lane + k * THREADS_PER_ROW) * K;
-      Pack<T> out;
-      if constexpr (PACKED) {
-        uint32_t w[kPackWords];
+      for (int k = 0; k < PACKS; ++k) {
+        const int e0 = (lane + k * THREADS_PER_ROW) * K;
+        Pack<T> out;
+        if constexpr (PACKED) {
+          uint32_t w[kPackWords];
 #pragma unroll
-        for (int i = 0; i < kPackWords; ++i) w[i] = word_softmax<T>(v[k][i], m, log2_d);
-        memcpy(&out, w, sizeof(out));  // register moves
-      } else {
+          for (int i = 0; i < kPackWords; ++i) {
+            w[i] = decltype(fold)::value ? word_softmax_folded<T>(v[k][i], c) : word_softmax<T>(v[k][i], m, log2_d);
+          }
+          memcpy(&out, w, sizeof(out));  // register moves
+        } else {
 #pragma unroll
-        for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
-      }
-      if (wide_out && e0 + K <= cols) {
-        reinterpret_cast<Pack<T>*>(yr)[e0 / K] = out;
-      } else {
+          for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
+        }
+        if (wide_out && e0 + K <= cols) {
+          reinterpret_cast<Pack<T>*>(yr)[e0 / K] = out;
+        } else {
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-          if (e0 + j < cols) yr[e0 + j] = out.v[j];
+          for (int j = 0; j < K; ++j) {
+            if (e0 + j < cols) yr[e0 + j] = out.v[j];
+          }
         }
       }
+    };
+    if (PACKED && foldable(m)) {
+      write(std::true_type{});
+    } else {
+      write(std::false_type{});
     }
   }
 }

@@ -84,13 +84,26 @@ template <typename T, int P>
 __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift) {
   static_assert(sizeof(T) == 2, "two 16-bit elements per word");
   float d0 = 0.0f, d1 = 0.0f;
+  if (foldable(shift)) {  // one FFMA per element (exp.cuh, fast_exp2_fma)
+    const float c = shift * kLog2e;
 #pragma unroll
-  for (int k = 0; k < P; ++k) {
+    for (int k = 0; k < P; ++k) {
 #pragma unroll
-    for (int i = 0; i < kPackWords; ++i) {
-      const float2 f = word_to_float2<T>(w[k][i]);
-      d0 += fast_exp(f.x - shift);
-      d1 += fast_exp(f.y - shift);
+      for (int i = 0; i < kPackWords; ++i) {
+        const float2 f = word_to_float2<T>(w[k][i]);
+        d0 += fast_exp2_fma(f.x, c);
+        d1 += fast_exp2_fma(f.y, c);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+#pragma unroll
+      for (int i = 0; i < kPackWords; ++i) {
+        const float2 f = word_to_float2<T>(w[k][i]);
+        d0 += fast_exp(f.x - shift);
+        d1 += fast_exp(f.y - shift);
+      }
     }
   }
   return d0 + d1;
@@ -102,6 +115,14 @@ template <typename T>
 __device__ __forceinline__ uint32_t word_softmax(uint32_t w, float m, float log2_d) {
   const float2 f = word_to_float2<T>(w);
   return float2_to_word<T>(fast_exp_over(f.x - m, log2_d), fast_exp_over(f.y - m, log2_d));
+}
+
+// The same with the row max folded into the FFMA: c = m log2 e + log2 d, for |m| <= kFoldMax only
+// (exp.cuh, fast_exp2_fma).
+template <typename T>
+__device__ __forceinline__ uint32_t word_softmax_folded(uint32_t w, float c) {
+  const float2 f = word_to_float2<T>(w);
+  return float2_to_word<T>(fast_exp2_fma(f.x, c), fast_exp2_fma(f.y, c));
 }
 
 // Butterfly (xor) all-reduce inside groups of WIDTH consecutive lanes (a whole warp by default):
