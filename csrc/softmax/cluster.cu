@@ -139,6 +139,11 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // entries changed: N = 32768 takes 512 x 64 packed on 1 CTA (96.1% of a copy against 256 x 128's
 // 94.7) and N = 262144 with fewer than 4096 rows 256 x 64 packed on 16 CTAs, persistent (84.8 against
 // 256 x 128 on 8's 82.0).
+// The row max folded into the FFMA (16-bit packed exp-sum and bfloat16 write, exp.cuh fast_exp2_fma):
+// A/B in one call (results/h200/ab_ffma_fold.txt, every packed shape and cluster size from N = 8192
+// up, bfloat16): the median configuration +0.2 to +0.5 points of a copy at every length (about the
+// bias the second side showed in earlier A/Bs), the plan's picks 1024x65536 88.8 -> 89.8, 256x262144
+// 83.9 -> 85.4, the others within 0.6. The plan was kept.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
