@@ -1,0 +1,131 @@
+"""Time a few variants at a few shapes in interleaved rounds, to tell a real gap from the timing's noise.
+
+The lab times each variant at a point once, in one stretch (python -m lab.test: do_bench's median with
+the L2 flushed before every call). On tensors of a few MB a kernel runs for 4-15 us and two timings of
+the very same kernel in one run can differ by 10%. This script times the variants round by round
+(the order rotated every round, so that none always runs first), each round the same loop as do_bench
+(the L2 flushed by writing a buffer before every call, CUDA events around the call), with a flush
+buffer of each size asked for: a larger buffer keeps the GPU busy longer before each call, so a call
+whose host work outlasts the flush (its launch reaching the GPU late, the wait counted in its time)
+reads faster with it. Beside each timing, the host time of one call (the mean over back-to-back calls,
+no synchronisation between them).
+
+    python scripts/interleave.py --variants lab.auto,cuda.auto,cuda.register_cached \\
+        --shape 4096x512 --shape 4096x1024 --dtype bfloat16 [--rounds 5] [--flush-mb 256,1024]
+
+Each variant is checked against the float64 reference at each shape before it is timed (a failure is
+printed, not timed). Prints, per flush size, shape and variant: the median over rounds of each round's
+median (us), the lowest and highest round, and the host time per call (us). lab.auto and cuda.auto
+route by the committed dispatch table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from lab import check, inputs
+from lab.operators.softmax import SOFTMAX
+from lab.registry import Unavailable, variants
+
+
+def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
+    """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for _ in range(max(3, reps // 10)):  # warm-up
+        flush.zero_()
+        fn()
+    for s, e in zip(starts, ends, strict=True):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
+
+
+def host_us(fn, calls: int = 200) -> float:
+    """Host time of one call: back-to-back calls, no flush, no synchronisation between them (us)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", required=True, help="comma-separated exact variant names")
+    p.add_argument("--shape", type=inputs.Shape.parse, action="append", required=True, help="MxN (repeatable)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="bfloat16")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=200, help="timed calls per variant per round")
+    p.add_argument("--flush-mb", default="256", help="comma-separated flush buffer sizes in MB (do_bench's: 256)")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.reps < 1:
+        sys.exit("interleave: --rounds and --reps must be at least 1")
+    try:
+        flushes = [int(s) for s in args.flush_mb.split(",")]
+    except ValueError:
+        sys.exit(f"interleave: --flush-mb takes whole MB, comma-separated; got {args.flush_mb!r}")
+    if not flushes or min(flushes) < 1:
+        sys.exit("interleave: each --flush-mb must be at least 1")
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    by_name = {v.name: v for v in variants() if v.op == "softmax"}
+    unknown = [n for n in names if n not in by_name]
+    if unknown or not names:
+        sys.exit(f"interleave: no softmax variant named {', '.join(unknown) or repr(args.variants)}; "
+                 "see python -m lab.test --list")
+    if not torch.cuda.is_available():
+        sys.exit("interleave: needs a CUDA GPU")
+    dtype = getattr(torch, args.dtype)
+    kernels = {}
+    for n in names:
+        try:
+            kernels[n] = by_name[n].kernel()  # auto's routes: the committed dispatch table
+        except Unavailable as e:
+            print(f"{n}: skipped ({e})")
+    print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.rounds} rounds of {args.reps} calls; times in us")
+    for mb in flushes:
+        flush = torch.empty(mb * 2**20 // 4, dtype=torch.int32, device="cuda")
+        for shape in args.shape:
+            x = inputs.make_input(shape, dtype, "cuda")
+            ref = SOFTMAX.reference(x)
+            fns = {}
+            for n, k in kernels.items():
+                if reason := by_name[n].skip_reason(shape, dtype):
+                    print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} skipped ({reason})")
+                    continue
+                c = check.check(k, x, by_name[n].writes_out, ref)  # correct before timed
+                if not c.ok:
+                    print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} FAILED the check, not timed: {c.summary()}")
+                    continue
+                if by_name[n].writes_out:  # the kernel writes into an output it is given
+                    out = torch.empty_like(ref, dtype=dtype)
+                    fns[n] = lambda k=k, x=x, out=out: k(x, out)
+                else:
+                    fns[n] = lambda k=k, x=x: k(x)
+            rounds: dict[str, list[float]] = {n: [] for n in fns}
+            order = list(fns)
+            for r in range(args.rounds):
+                turn = order[r % len(order):] + order[:r % len(order)]
+                for n in turn:
+                    rounds[n].append(timed_round(fns[n], flush, args.reps))
+            for n in order:
+                t = rounds[n]
+                print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} median {statistics.median(t):7.2f}  "
+                      f"rounds {min(t):7.2f}-{max(t):7.2f}  host {host_us(fns[n]):6.1f}")
+        del flush
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
