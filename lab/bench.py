@@ -1,8 +1,11 @@
-"""Timing. On a GPU: triton.testing.do_bench, L2 flushed before every call, median with p20/p80.
-On the CPU: the same quantiles of a wall-clock loop. GB/s counts the bytes the operator must move
-(softmax: one read of x and one write of y, 2 * M * N * itemsize), whatever the variant really
-moves; the ceiling is a copy moving the same bytes (half read, half written) timed the same way in
-the same run.
+"""Timing. On a GPU: triton.testing.do_bench's loop (CUDA events around each call, the L2 flushed
+by writing a buffer before every call, median with p20/p80), with the flush buffer's size a
+parameter (do_bench's 256 MB by default), and beside each timing the host time of one call and the
+flush's own GPU time: a call whose host work outlasts the flush reaches the GPU late, and the wait is
+in its time (`host_bound`). On the CPU: the same quantiles of a wall-clock loop. GB/s counts the bytes
+the operator must move (softmax: one read of x and one write of y, 2 * M * N * itemsize), whatever the
+variant really moves; the ceiling is a copy moving the same bytes (half read, half written) timed the
+same way in the same run.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import torch
 QUANTILES = (0.5, 0.2, 0.8)
 WARMUP_MS = 25.0  # do_bench's warm-up, then its timed repetitions, in milliseconds of calls
 REP_MS = 100.0
+FLUSH_MB = 256  # triton.testing.do_bench's L2 flush: 256 MB written before every call
+HOST_CALLS = 20  # back-to-back calls timed on the host for a call's host time
 
 # How a timing was taken, as the reports say it.
-DO_BENCH = "median of triton.testing.do_bench, L2 flushed before every call"
+DO_BENCH = "median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write)"
 CUDAGRAPH = "median of CUDA graph replays (triton.testing.do_bench_cudagraph): no launch overhead, L2 not flushed"
 WALL_CLOCK = "CPU wall clock, one thread (no cache flush)"
 
@@ -29,13 +34,79 @@ class Timing:
     median_ms: float
     p20_ms: float
     p80_ms: float
+    host_us: float | None = None  # host time of one call, back to back (GPU timing only)
+    flush_us: float | None = None  # the GPU time of the flush before each call
+
+    @property
+    def host_bound(self) -> bool:
+        """The host cannot keep ahead of the GPU: one call's host time exceeds what the GPU spends on each
+        timed call (the flush and the call itself), so the GPU waits for the launches and the timed median
+        holds part of that wait."""
+        return (self.host_us is not None and self.flush_us is not None
+                and self.host_us > self.flush_us + self.median_ms * 1e3)
 
 
-def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> Timing:
-    from triton.testing import do_bench
+_FLUSH: dict[tuple[int, int], tuple[torch.Tensor, float]] = {}
 
-    med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
-    return Timing(med, p20, p80)
+
+def flush_buffer(flush_mb: int) -> tuple[torch.Tensor, float]:
+    """The flush buffer of `flush_mb` MB on the current GPU and the median GPU time (us) of writing it."""
+    key = (torch.cuda.current_device(), flush_mb)
+    if key not in _FLUSH:
+        if flush_mb < 1:
+            raise ValueError(f"the flush buffer must be at least 1 MB, got {flush_mb}")
+        _FLUSH.clear()  # one buffer at a time
+        buf = torch.empty(flush_mb * 2**20 // 4, dtype=torch.int32, device="cuda")
+        buf.zero_()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(10)]
+        for s, e in events:
+            s.record()
+            buf.zero_()
+            e.record()
+        torch.cuda.synchronize()
+        _FLUSH[key] = buf, statistics.median(s.elapsed_time(e) for s, e in events) * 1e3
+    return _FLUSH[key]
+
+
+def host_us(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
+    """Host time of one call (us): `calls` calls back to back, no flush and no synchronisation between them."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
+             flush_mb: int = FLUSH_MB) -> Timing:
+    """triton.testing.do_bench's loop with a flush of `flush_mb` MB: the number of warm-up and timed calls
+    from an estimate over 5 calls, each timed call after the flush, between two CUDA events."""
+    buf, flush_us = flush_buffer(flush_mb)
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        buf.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
+    n_warmup, n_repeat = max(1, int(warmup_ms / estimate_ms)), max(1, int(rep_ms / estimate_ms))
+    for _ in range(n_warmup):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n_repeat)]
+    for s, e in events:
+        buf.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = torch.tensor([s.elapsed_time(e) for s, e in events], dtype=torch.float64)
+    med, p20, p80 = torch.quantile(times, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
+    return Timing(med, p20, p80, host_us(fn), flush_us)
 
 
 def time_cudagraph(fn: Callable[[], object], rep_ms: float = REP_MS) -> Timing:
@@ -62,14 +133,14 @@ def time_cpu(fn: Callable[[], object], min_seconds: float = 0.2, max_reps: int =
 
 
 def time_fn(fn: Callable[[], object], device: torch.device, warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
-            cudagraph: bool = False) -> Timing:
+            cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> Timing:
     if device.type != "cuda":
         return time_cpu(fn, min_seconds=2 * rep_ms / 1e3)
-    return time_cudagraph(fn, rep_ms) if cudagraph else time_gpu(fn, warmup_ms, rep_ms)
+    return time_cudagraph(fn, rep_ms) if cudagraph else time_gpu(fn, warmup_ms, rep_ms, flush_mb)
 
 
-def method(device: torch.device, cudagraph: bool = False) -> str:
-    return WALL_CLOCK if device.type != "cuda" else CUDAGRAPH if cudagraph else DO_BENCH
+def method(device: torch.device, cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> str:
+    return WALL_CLOCK if device.type != "cuda" else CUDAGRAPH if cudagraph else DO_BENCH.format(mb=flush_mb)
 
 
 def gbps(nbytes: int, ms: float) -> float:
@@ -80,15 +151,15 @@ _COPY_CACHE: dict[tuple, Timing] = {}
 
 
 def copy_ceiling(moved: int, device: torch.device | str, warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
-                 cudagraph: bool = False) -> Timing:
+                 cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> Timing:
     """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2), the
     same way as the variants (once per size, timing and run)."""
     nbytes = max(1, moved // 2)
     device = torch.device(device)
-    key = (nbytes, str(device), warmup_ms, rep_ms, cudagraph)
+    key = (nbytes, str(device), warmup_ms, rep_ms, cudagraph, flush_mb)
     if key not in _COPY_CACHE:
         src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(7)
         dst = torch.empty_like(src)
-        _COPY_CACHE[key] = time_fn(lambda: dst.copy_(src), device, warmup_ms, rep_ms, cudagraph)
+        _COPY_CACHE[key] = time_fn(lambda: dst.copy_(src), device, warmup_ms, rep_ms, cudagraph, flush_mb)
         del src, dst
     return _COPY_CACHE[key]

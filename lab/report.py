@@ -38,6 +38,9 @@ class Result:
     speedup_vs_torch: float | None = None  # the operator's baseline (torch) median / this median
     op: str = "softmax"
     timing: str = ""  # how the median was taken (lab.bench.DO_BENCH, CUDAGRAPH or WALL_CLOCK)
+    host_us: float | None = None  # host time of one call, back to back (GPU timing)
+    flush_us: float | None = None  # GPU time of the L2 flush before each timed call
+    host_bound: bool | None = None  # host_us > flush_us + the median: the GPU waited on the launches (lab.bench)
 
     @property
     def shape_label(self) -> str:

@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"warm-up time per timed point in ms (default {bench.WARMUP_MS:g})")
     p.add_argument("--rep", type=float, default=bench.REP_MS, metavar="MS",
                    help=f"timed repetitions per point in ms (default {bench.REP_MS:g})")
+    p.add_argument("--flush-mb", type=int, default=bench.FLUSH_MB, metavar="MB",
+                   help=f"the L2 flush written before every timed call, in MB (default {bench.FLUSH_MB}, "
+                        "triton.testing.do_bench's); a larger one hides more host time per call")
     p.add_argument("--cudagraph", action="store_true",
                    help="time by replaying a CUDA graph of the calls (no launch overhead; GPU only)")
     p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU; "
@@ -88,6 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--cudagraph needs a GPU (it times the replay of a captured CUDA graph)")
     if args.warmup < 0 or args.rep <= 0:
         p.error("--warmup must be >= 0 and --rep > 0 (milliseconds)")
+    if args.flush_mb < 1:
+        p.error("--flush-mb must be at least 1 (MB)")
     prepare_outputs(p, args)
     return args
 
@@ -243,8 +248,9 @@ def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, ca
         return res
     out = torch.empty(ref.shape, dtype=dtype, device=device) if v.writes_out else None
     fn = (lambda: kernel(*case, out)) if out is not None else (lambda: kernel(*case))
-    t = bench.time_fn(fn, device, args.warmup, args.rep, args.cudagraph)
-    res.timing = bench.method(device, args.cudagraph)
+    t = bench.time_fn(fn, device, args.warmup, args.rep, args.cudagraph, args.flush_mb)
+    res.timing = bench.method(device, args.cudagraph, args.flush_mb)
+    res.host_us, res.flush_us, res.host_bound = t.host_us, t.flush_us, t.host_bound
     nbytes = op.bytes_moved(shape, dtype)
     traffic = v.traffic_for(dtype)
     res.status = "ok"
@@ -265,7 +271,8 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
     """Check, then time, every point; each point's results are appended to `results` as soon as they
     exist (an interrupted run keeps them)."""
     total = len(plan) * len(dtypes)
-    what = "checking" if args.check_only else f"checking, then timing ({bench.method(device, args.cudagraph)})"
+    timing = bench.method(device, args.cudagraph, args.flush_mb)
+    what = "checking" if args.check_only else f"checking, then timing ({timing})"
     log("\n" + wrap(f"{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
                      f"GB/s = {op.bytes_formula} / time"))
     with progress_bar(total) as advance:
@@ -302,7 +309,7 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
             case = op.make_inputs(shape, dtype, device, args.seed)
             ref = op.reference(*case)
             copy = None if args.check_only else bench.copy_ceiling(op.bytes_moved(shape, dtype), device, args.warmup,
-                                                                   args.rep, args.cudagraph)
+                                                                   args.rep, args.cudagraph, args.flush_mb)
             point: list[report.Result] = []
             for r in runnable:
                 if r.variant.prepare is not None:
@@ -321,6 +328,9 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
             for p in point:
                 if p.status == "failed":
                     log(f"    FAIL {p.variant}: {p.reason}")
+                if p.host_bound:
+                    log(f"    host-bound {p.variant}: {p.host_us:.0f} us of host time a call against the GPU's "
+                        f"{p.flush_us:.0f} us flush + {p.median_ms * 1e3:.1f} us call: its time holds host time")
 
 
 def teaching_summary(op: Operator, results: list[report.Result]) -> list[str]:
@@ -368,7 +378,7 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     report.write_wide_csv(results, out / "results_wide.csv")
     md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
           f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          f"GB/s = {op.bytes_formula} / median time. Timing: {bench.method(device, args.cudagraph)}. In "
+          f"GB/s = {op.bytes_formula} / median time. Timing: {bench.method(device, args.cudagraph, args.flush_mb)}. In "
           "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way in the "
           "same run. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
           "## Environment", "",
@@ -383,6 +393,16 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
         if f"{sweep}_entries.png" in names:
             md += ["The fast entries, the peers and PyTorch's one-pass variants alone, in percent of the copy:", "",
                    f"![{sweep} sweep, fast entries]({sweep}_entries.png)", ""]
+    if bound := [r for r in results if r.host_bound]:
+        md += ["## Host-bound timings", "",
+               "At these points the variant's host time per call (back to back) exceeded the GPU time of the flush "
+               "and the call, so the GPU waited for its launches and the median holds part of that wait: it is the "
+               f"speed a caller gets without CUDA graphs on this host, not the kernel's (`--flush-mb`, default "
+               f"{bench.FLUSH_MB}, sets the flush; a larger one hides more).", "",
+               "| sweep | dtype | shape | variant | median us | host us a call | flush us |",
+               "|---|---|---|---|---|---|---|",
+               *(f"| {r.sweep} | {r.dtype} | {r.shape_label} | {r.variant} | {r.median_ms * 1e3:.1f} | "
+                 f"{r.host_us:.0f} | {r.flush_us:.0f} |" for r in bound), ""]
     if summary := teaching_summary(op, results):
         md += [f"## Percent of each variant's modeled ceiling ({op.gpu_sweeps[0]} sweep, largest N)", "",
                f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model). "
@@ -441,6 +461,9 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         log("\n" + wrap(f"percent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes); above 100%: the "
                         f"L2 served re-reads the model counts from HBM), {op.gpu_sweeps[0]} sweep, largest N:"))
         log("\n".join(summary))
+    if bound := [r for r in results if r.host_bound]:
+        log("\n" + wrap(f"host-bound: {len(bound)} timings held host time (a call's host time exceeded the GPU's "
+                        f"flush and call): {', '.join(f'{r.variant} {r.dtype} {r.shape_label}' for r in bound)}"))
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
         log("\n" + "\n".join(wrap(f"skipped {v}: {why}") for v, why in sorted(skipped)))

@@ -102,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             fns = {}
             for n, k in kernels.items():
                 if reason := by_name[n].skip_reason(shape, dtype):
-                    print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} skipped ({reason})")
+                    print(f"flush {mb:5d} MB  {shape.label}  {n:24s} skipped ({reason})")
                     continue
                 c = check.check(k, x, by_name[n].writes_out, ref)  # correct before timed
                 if not c.ok:
-                    print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} FAILED the check, not timed: {c.summary()}")
+                    print(f"flush {mb:5d} MB  {shape.label}  {n:24s} FAILED the check, not timed: {c.summary()}")
                     continue
                 if by_name[n].writes_out:  # the kernel writes into an output it is given
                     out = torch.empty_like(ref, dtype=dtype)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                     rounds[n].append(timed_round(fns[n], flush, args.reps))
             for n in order:
                 t = rounds[n]
-                print(f"flush {mb:5d} MB  {shape.label()}  {n:24s} median {statistics.median(t):7.2f}  "
+                print(f"flush {mb:5d} MB  {shape.label}  {n:24s} median {statistics.median(t):7.2f}  "
                       f"rounds {min(t):7.2f}-{max(t):7.2f}  host {host_us(fns[n]):6.1f}")
         del flush
     return 0

@@ -69,6 +69,8 @@ def points(results: list[dict], auto_name: str | None = None) -> list[dict]:
         if outside:
             name, r = max(outside.items(), key=lambda kv: kv[1]["gbps"])
             row.update(best_outside=name, ratio_outside=auto["gbps"] / r["gbps"])
+        compared = (entry, best_name, row.get("best_outside"))
+        row["host_bound"] = [v for v in dict.fromkeys(compared) if v and variants[v].get("host_bound")]
         rows.append(row)
     return rows
 
@@ -135,6 +137,10 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None, 
         ahead, within, compared = tally(rows, key)
         lines.append(f"- auto >= {against}: {ahead} of {compared} points ({within} more within 1%"
                      f"{', not re-measured' if within else ''})")
+    if bound := [r for r in rows if r.get("host_bound")]:
+        lines.append("- timings that hold host time (host-bound: a call's host time exceeded the GPU's flush and call, "
+                     "so the GPU waited for the launch; lab/bench.py), auto's or its rivals': " + "; ".join(
+                         f"{r['sweep']} {r['dtype']} {r['m']}x{r['n']} {', '.join(r['host_bound'])}" for r in bound))
     if remeasured:
         lines += ["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
                   "points where auto trails by less than 1%; where it leads by less, the run's count stands):",
@@ -143,7 +149,7 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None, 
                  "of a call, which tells a gap of microseconds on a tiny tensor from one on a large one):")
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
               f"the copy, {r['ratio']:.3f}x {r['best_other']}{_times(r)}"
-              f"{TWIN if route_twin(r, r['best_other'], table) else ''}" for r in weakest]
+              f"{TWIN if route_twin(r, r['best_other'], table) else ''}{_bound(r)}" for r in weakest]
     lines += ["", f"Results of: `{command}`"]
     return "\n".join(lines) + "\n"
 
@@ -153,6 +159,12 @@ def _times(row: dict) -> str:
     if row.get("auto_ms") is None or row.get("best_other_ms") is None:
         return ""
     return f" ({row['auto']} {row['auto_ms'] * 1000:.1f} us, {row['best_other']} {row['best_other_ms'] * 1000:.1f})"
+
+
+def _bound(row: dict) -> str:
+    """' - host-bound: X' where auto's or the fastest other's timing at the row's point held host time."""
+    names = [v for v in row.get("host_bound", []) if v in (row["auto"], row["best_other"])]
+    return f" - host-bound: {', '.join(names)}" if names else ""
 
 
 def route_twin(row: dict, rival: str, table: dict | None) -> bool:

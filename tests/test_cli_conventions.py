@@ -99,6 +99,8 @@ def test_cudagraph_needs_a_gpu_and_timing_flags_are_taken():
     assert proc.returncode == 2 and "--cudagraph needs a GPU" in proc.stderr
     assert_clean(lab_test("--only", TORCH, "--warmup", "0", "--rep", "5", *SMALL))
     assert lab_test("--rep", "0", *SMALL).returncode == 2
+    bad_flush = lab_test("--flush-mb", "0", *SMALL)
+    assert bad_flush.returncode == 2 and "--flush-mb must be at least 1" in bad_flush.stderr
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path):

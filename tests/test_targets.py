@@ -119,3 +119,15 @@ def test_a_comparison_with_the_kernel_of_autos_own_route_is_marked():
     table_512["lab_entries"]["bfloat16"][0][2] = "cuda.register_cached"
     assert targets.route_twin(as_cuda[0], "lab.auto", table_512)
     assert targets.route_twin(as_cuda[0], "cuda.register_cached", table_512)
+
+
+def test_a_host_bound_timing_is_named_in_the_weakest_points_and_the_summary():
+    results = [record("tutorial", "cuda.auto", 512, 1000, 90.0), record("tutorial", "torch.compile", 512, 1100, 99.0),
+               record("tutorial", "cuda.auto", 1024, 1000, 90.0), record("tutorial", "peer.quack", 1024, 1050, 94.5)]
+    results[0]["host_bound"] = True  # auto's own timing held host time at N = 512
+    rows = targets.points(results)
+    assert [r["host_bound"] for r in rows] == [["cuda.auto"], []]
+    text = targets.report(rows, "python -m lab.test")
+    weakest = [line for line in text.splitlines() if line.startswith("  - tutorial")]
+    assert weakest[0].endswith("host-bound: cuda.auto") and "host-bound" not in weakest[1]
+    assert "timings that hold host time" in text and "tutorial bfloat16 4096x512 cuda.auto" in text
