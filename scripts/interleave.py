@@ -24,11 +24,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import torch
 
-from lab import check, inputs
+from lab import bench, check, inputs
 from lab.operators.softmax import SOFTMAX
 from lab.registry import Unavailable, variants
 
@@ -47,18 +46,6 @@ def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
         e.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
-
-
-def host_us(fn, calls: int = 200) -> float:
-    """Host time of one call: back-to-back calls, no flush, no synchronisation between them (us)."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n}: skipped ({e})")
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.rounds} rounds of {args.reps} calls; times in us")
     for mb in flushes:
-        flush = torch.empty(mb * 2**20 // 4, dtype=torch.int32, device="cuda")
+        flush, _ = bench.flush_buffer(mb)
         for shape in args.shape:
             x = inputs.make_input(shape, dtype, "cuda")
             ref = SOFTMAX.reference(x)
@@ -122,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in order:
                 t = rounds[n]
                 print(f"flush {mb:5d} MB  {shape.label}  {n:24s} median {statistics.median(t):7.2f}  "
-                      f"rounds {min(t):7.2f}-{max(t):7.2f}  host {host_us(fns[n]):6.1f}")
-        del flush
+                      f"rounds {min(t):7.2f}-{max(t):7.2f}  host {bench.host_us(fns[n]):6.1f}")
     return 0
 
 
