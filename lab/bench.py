@@ -10,6 +10,7 @@ same way in the same run.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -36,14 +37,15 @@ class Timing:
     p80_ms: float
     host_us: float | None = None  # host time of one call, back to back (GPU timing only)
     flush_us: float | None = None  # the GPU time of the flush before each call
+    long_flush_ms: float | None = None  # the median again behind a longer flush, where the host's time came near
+    long_flush_mb: int | None = None  # that flush's size
 
     @property
     def host_bound(self) -> bool:
-        """The host cannot keep ahead of the GPU: one call's host time exceeds what the GPU spends on each
-        timed call (the flush and the call itself), so the GPU waits for the launches and the timed median
-        holds part of that wait."""
-        return (self.host_us is not None and self.flush_us is not None
-                and self.host_us > self.flush_us + self.median_ms * 1e3)
+        """The GPU waited for the host's launches and the median holds part of the wait: where a call's
+        host time came near the flush's GPU time, the call was timed again behind a flush long enough to
+        hide twice that host time (four times the flush at least), and it ran faster there."""
+        return self.long_flush_ms is not None and self.long_flush_ms < 0.95 * self.median_ms - 5e-4
 
 
 _FLUSH: dict[tuple[int, int], tuple[torch.Tensor, float]] = {}
@@ -55,7 +57,8 @@ def flush_buffer(flush_mb: int) -> tuple[torch.Tensor, float]:
     if key not in _FLUSH:
         if flush_mb < 1:
             raise ValueError(f"the flush buffer must be at least 1 MB, got {flush_mb}")
-        _FLUSH.clear()  # one buffer at a time
+        if len(_FLUSH) >= 2:
+            _FLUSH.clear()  # two buffers at most: the flush and the long one
         buf = torch.empty(flush_mb * 2**20 // 4, dtype=torch.int32, device="cuda")
         buf.zero_()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(10)]
@@ -79,11 +82,9 @@ def host_us(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
     return (t1 - t0) / calls * 1e6
 
 
-def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
-             flush_mb: int = FLUSH_MB) -> Timing:
-    """triton.testing.do_bench's loop with a flush of `flush_mb` MB: the number of warm-up and timed calls
-    from an estimate over 5 calls, each timed call after the flush, between two CUDA events."""
-    buf, flush_us = flush_buffer(flush_mb)
+def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+    """triton.testing.do_bench's loop: the number of warm-up and timed calls from an estimate over 5 calls,
+    each timed call after writing `buf`, between two CUDA events; (median, p20, p80) in ms."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -106,7 +107,27 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: flo
     torch.cuda.synchronize()
     times = torch.tensor([s.elapsed_time(e) for s, e in events], dtype=torch.float64)
     med, p20, p80 = torch.quantile(times, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
-    return Timing(med, p20, p80, host_us(fn), flush_us)
+    return med, p20, p80
+
+
+def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
+             flush_mb: int = FLUSH_MB) -> Timing:
+    """The median of do_bench's loop behind a flush of `flush_mb` MB, the host time of one call and the
+    flush's GPU time; where the host time reaches half the flush's, the median again behind a flush whose
+    GPU time is twice the host time or more, four times the flush at least, as far as free memory allows
+    (Timing.host_bound compares the two)."""
+    buf, flush_us = flush_buffer(flush_mb)
+    med, p20, p80 = _loop(fn, buf, warmup_ms, rep_ms)
+    host = host_us(fn)
+    long_ms = long_mb = None
+    if host > 0.5 * flush_us:
+        room_mb = torch.cuda.mem_get_info()[0] // 2 // 2**20
+        long_mb = min(flush_mb * max(4, math.ceil(2 * host / flush_us)), room_mb)
+        if long_mb > flush_mb:
+            long_ms = _loop(fn, flush_buffer(long_mb)[0], warmup_ms / 4, rep_ms / 4)[0]
+        else:
+            long_mb = None
+    return Timing(med, p20, p80, host, flush_us, long_ms, long_mb)
 
 
 def time_cudagraph(fn: Callable[[], object], rep_ms: float = REP_MS) -> Timing:

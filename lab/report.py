@@ -40,7 +40,9 @@ class Result:
     timing: str = ""  # how the median was taken (lab.bench.DO_BENCH, CUDAGRAPH or WALL_CLOCK)
     host_us: float | None = None  # host time of one call, back to back (GPU timing)
     flush_us: float | None = None  # GPU time of the L2 flush before each timed call
-    host_bound: bool | None = None  # host_us > flush_us + the median: the GPU waited on the launches (lab.bench)
+    long_flush_ms: float | None = None  # the median behind a longer flush, where host_us came near flush_us
+    long_flush_mb: int | None = None  # that flush's size
+    host_bound: bool | None = None  # faster behind the longer flush: the GPU waited on the launches (lab.bench)
 
     @property
     def shape_label(self) -> str:

@@ -138,8 +138,8 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None, 
         lines.append(f"- auto >= {against}: {ahead} of {compared} points ({within} more within 1%"
                      f"{', not re-measured' if within else ''})")
     if bound := [r for r in rows if r.get("host_bound")]:
-        lines.append("- timings that hold host time (host-bound: a call's host time exceeded the GPU's flush and call, "
-                     "so the GPU waited for the launch; lab/bench.py), auto's or its rivals': " + "; ".join(
+        lines.append("- timings that hold host time (host-bound: faster behind a longer flush, so the GPU "
+                     "waited for the launches; lab/bench.py), auto's or its rivals': " + "; ".join(
                          f"{r['sweep']} {r['dtype']} {r['m']}x{r['n']} {', '.join(r['host_bound'])}" for r in bound))
     if remeasured:
         lines += ["- near ties re-measured three times, the median of medians deciding (the rule re-measures the "
