@@ -23,6 +23,7 @@ WARMUP_MS = 25.0  # do_bench's warm-up, then its timed repetitions, in milliseco
 REP_MS = 100.0
 FLUSH_MB = 256  # triton.testing.do_bench's L2 flush: 256 MB written before every call
 HOST_CALLS = 20  # back-to-back calls timed on the host for a call's host time
+LONG_FLUSH_MAX_MB = 8192  # the longest flush for the host-bound check (about 2 ms of an H200's writes)
 
 # How a timing was taken, as the reports say it.
 DO_BENCH = "median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write)"
@@ -114,14 +115,14 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: flo
              flush_mb: int = FLUSH_MB) -> Timing:
     """The median of do_bench's loop behind a flush of `flush_mb` MB, the host time of one call and the
     flush's GPU time; where the host time reaches half the flush's, the median again behind a flush whose
-    GPU time is twice the host time or more, four times the flush at least, as far as free memory allows
-    (Timing.host_bound compares the two)."""
+    GPU time is twice the host time or more, four times the flush at least, as far as half the free memory
+    and LONG_FLUSH_MAX_MB allow (Timing.host_bound compares the two)."""
     buf, flush_us = flush_buffer(flush_mb)
     med, p20, p80 = _loop(fn, buf, warmup_ms, rep_ms)
     host = host_us(fn)
     long_ms = long_mb = None
     if host > 0.5 * flush_us:
-        room_mb = torch.cuda.mem_get_info()[0] // 2 // 2**20
+        room_mb = min(torch.cuda.mem_get_info()[0] // 2 // 2**20, LONG_FLUSH_MAX_MB)
         long_mb = min(flush_mb * max(4, math.ceil(2 * host / flush_us)), room_mb)
         if long_mb > flush_mb:
             long_ms = _loop(fn, flush_buffer(long_mb)[0], warmup_ms / 4, rep_ms / 4)[0]
