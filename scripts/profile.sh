@@ -3,6 +3,8 @@
 # reasons, executed instructions, for the second launch of the variant's kernel (the first is a warm-up).
 #   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax: the lab's kernels,
 #   QuACK's (its CuTe DSL name holds "Softmax") and Liger's]
+# VARIANT may be cluster:SHAPE:CLUSTER:p|n, one launch configuration of cuda.cluster outside its plan
+# (scripts/profile_point.py), e.g. cluster:20:16:n for 256 x 64 packed, 16 CTAs, one cluster per row.
 # Clocks are left as they are (--clock-control none), so the numbers are those of a timed run.
 set -uo pipefail
 cd "$(dirname "$0")/.."

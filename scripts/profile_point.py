@@ -1,8 +1,13 @@
 """Run one variant on one shape a few times, for a profiler to watch (see scripts/profile.sh).
 
     python scripts/profile_point.py cuda.register_cached 131072x512 bfloat16 [--runs 3]
+    python scripts/profile_point.py cluster:20:16:n 256x262144 bfloat16
 
 The first run is a warm-up (compilation, first-touch); profile a later one (ncu --launch-skip).
+`cluster:SHAPE:CLUSTER:p|n` runs one launch configuration of cuda.cluster outside its plan, as
+scripts/tune_cluster.py times them: SHAPE an index of its resident shapes (tune_cluster.py's labels
+list them), CLUSTER the CTAs per row, p a persistent grid, n one cluster per row. Every run is checked
+against the float64 reference after the runs (a failure exits non-zero: the profile is of a wrong kernel).
 """
 
 from __future__ import annotations
@@ -12,25 +17,52 @@ import sys
 
 import torch
 
-from lab import inputs
+from lab import check, inputs
 from lab.registry import variants
 
 
-def main() -> int:
+def cluster_config(spec: str) -> tuple[int, int, bool]:
+    """(shape index, cluster size, persistent) from 'cluster:SHAPE:CLUSTER:p|n'."""
+    parts = spec.split(":")
+    if len(parts) != 4 or parts[0] != "cluster" or parts[3] not in ("p", "n") \
+            or not parts[1].isdigit() or not parts[2].isdigit() or not 1 <= int(parts[2]) <= 16:
+        raise ValueError(f"expected cluster:SHAPE:CLUSTER:p|n (CLUSTER 1 to 16), got {spec!r}")
+    return int(parts[1]), int(parts[2]), parts[3] == "p"
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("variant", help="an exact variant name, e.g. cuda.register_cached")
+    p.add_argument("variant", help="an exact variant name, e.g. cuda.register_cached, or cluster:SHAPE:CLUSTER:p|n")
     p.add_argument("shape", type=inputs.Shape.parse, help="MxN or MxN/STRIDE")
     p.add_argument("dtype", choices=("float32", "float16", "bfloat16"))
     p.add_argument("--runs", type=int, default=3)
-    args = p.parse_args()
-    found = [v for v in variants() if v.name == args.variant]
-    if not found:
-        sys.exit(f"profile_point: no variant named {args.variant!r}; see python -m lab.test --list")
-    kernel = found[0].kernel()
+    args = p.parse_args(argv)
+    writes_out = False
+    if args.variant.startswith("cluster:"):
+        try:
+            shape, cluster, persistent = cluster_config(args.variant)
+        except ValueError as e:
+            sys.exit(f"profile_point: {e}")
+        if not torch.cuda.is_available():
+            sys.exit("profile_point: needs a CUDA GPU")
+
+        def kernel(t: torch.Tensor) -> torch.Tensor:
+            return torch.ops.lab_tune.cluster(t, shape, cluster, persistent)
+    else:
+        found = [v for v in variants() if v.name == args.variant]
+        if not found:
+            sys.exit(f"profile_point: no variant named {args.variant!r}; see python -m lab.test --list")
+        kernel, writes_out = found[0].kernel(), found[0].writes_out
     x = inputs.make_input(args.shape, getattr(torch, args.dtype), "cuda")
     for _ in range(args.runs):
         kernel(x)
     torch.cuda.synchronize()
+    # Checked after the runs, so that the profiler's --launch-skip counts this kernel's launches only
+    # (the float64 reference runs PyTorch's softmax kernels, which a name filter could catch too).
+    res = check.check(kernel, x, writes_out)
+    if not res.ok:
+        sys.exit(f"profile_point: {args.variant} failed the check at {args.shape.label}: {res.summary()}; "
+                 "the profile is of a wrong kernel")
     return 0
 
 

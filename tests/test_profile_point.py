@@ -1,0 +1,38 @@
+"""scripts/profile_point.py: what it runs for a profiler (its arguments here; the runs are the GPU's)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from lab import resources
+
+spec = importlib.util.spec_from_file_location("profile_point", resources.ROOT / "scripts" / "profile_point.py")
+profile_point = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(profile_point)
+
+
+def test_a_cluster_configuration_is_parsed():
+    assert profile_point.cluster_config("cluster:20:16:n") == (20, 16, False)
+    assert profile_point.cluster_config("cluster:3:1:p") == (3, 1, True)
+
+
+@pytest.mark.parametrize("bad", ["cluster:20:16", "cluster:x:16:n", "cluster:20:17:n", "cluster:20:0:p",
+                                 "cluster:20:16:q", "clusters:20:16:n"])
+def test_a_bad_cluster_configuration_is_refused(bad):
+    with pytest.raises(ValueError, match="expected cluster:SHAPE:CLUSTER:p|n"):
+        profile_point.cluster_config(bad)
+    with pytest.raises(SystemExit, match="profile_point: "):
+        profile_point.main([bad, "4x8", "bfloat16"])
+
+
+def test_an_unknown_variant_is_named():
+    with pytest.raises(SystemExit, match="no variant named 'nope.nothing'"):
+        profile_point.main(["nope.nothing", "4x8", "bfloat16"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cluster_configuration_runs_checked():
+    if not hasattr(torch.ops, "lab_tune") or not hasattr(torch.ops.lab_tune, "cluster"):
+        pytest.skip("lab._C without the tuning ops")
+    assert profile_point.main(["cluster:20:2:n", "8x20000", "bfloat16", "--runs", "1"]) == 0
