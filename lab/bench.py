@@ -83,6 +83,18 @@ def host_us(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
     return (t1 - t0) / calls * 1e6
 
 
+def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list[float]:
+    """`calls` calls, each after writing `buf` (the L2 flush), each between two CUDA events: their times in ms."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    for s, e in events:
+        buf.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in events]
+
+
 def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
     """triton.testing.do_bench's loop: the number of warm-up and timed calls from an estimate over 5 calls,
     each timed call after writing `buf`, between two CUDA events; (median, p20, p80) in ms."""
@@ -99,14 +111,7 @@ def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms:
     n_warmup, n_repeat = max(1, int(warmup_ms / estimate_ms)), max(1, int(rep_ms / estimate_ms))
     for _ in range(n_warmup):
         fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n_repeat)]
-    for s, e in events:
-        buf.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    times = torch.tensor([s.elapsed_time(e) for s, e in events], dtype=torch.float64)
+    times = torch.tensor(timed_calls(fn, buf, n_repeat), dtype=torch.float64)
     med, p20, p80 = torch.quantile(times, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
     return med, p20, p80
 

@@ -34,18 +34,10 @@ from lab.registry import Unavailable, variants
 
 def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
     """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us)."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for _ in range(max(3, reps // 10)):  # warm-up
         flush.zero_()
         fn()
-    for s, e in zip(starts, ends, strict=True):
-        flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) * 1e3
+    return statistics.median(bench.timed_calls(fn, flush, reps)) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
