@@ -6,10 +6,23 @@
 # VARIANT may be cluster:SHAPE:CLUSTER:p|n, one launch configuration of cuda.cluster outside its plan
 # (scripts/profile_point.py), e.g. cluster:20:16:n for 256 x 64 packed, 16 CTAs, one cluster per row.
 # Clocks are left as they are (--clock-control none), so the numbers are those of a timed run.
+# PROFILE_REPORT=PREFIX: the full set instead (every section, source counters and warp-state sampling per
+# SASS instruction), saved as PREFIX.ncu-rep, with PREFIX.source.csv (the source page: per instruction,
+# executed count and stall samples by reason) and PREFIX.details.txt (every section, unfiltered).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ -n "${PROFILE_REPORT:-}" ]; then
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
+    --launch-count 1 --set full --import-source yes -f -o "$PROFILE_REPORT" \
+    "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1 | grep -v "^==PROF=="
+  [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+  "$NCU" --import "$PROFILE_REPORT.ncu-rep" --page details --print-details all >"$PROFILE_REPORT.details.txt" 2>&1
+  "$NCU" --import "$PROFILE_REPORT.ncu-rep" --page source --csv --print-source sass >"$PROFILE_REPORT.source.csv" 2>&1
+  grep -E "Duration|DRAM Throughput|Executed Instructions|Achieved Occupancy|Registers Per" "$PROFILE_REPORT.details.txt"
+  exit 0
+fi
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
   --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section MemoryWorkloadAnalysis --section InstructionStats \
