@@ -8,7 +8,8 @@
 # Clocks are left as they are (--clock-control none), so the numbers are those of a timed run.
 # PROFILE_REPORT=PREFIX: the full set instead (every section, source counters and warp-state sampling per
 # SASS instruction), saved as PREFIX.ncu-rep, with PREFIX.source.csv (the source page: per instruction,
-# executed count and stall samples by reason) and PREFIX.details.txt (every section, unfiltered).
+# executed count and stall samples by reason) and PREFIX.details.txt (every section, unfiltered). On the
+# device tool, write them outside $OUT and pack the text files into one archive there (it returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}

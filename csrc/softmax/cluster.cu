@@ -144,22 +144,23 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // up, bfloat16): the median configuration +0.2 to +0.5 points of a copy at every length (about the
 // bias the second side showed in earlier A/Bs), the plan's picks 1024x65536 88.8 -> 89.8, 256x262144
 // 83.9 -> 85.4, the others within 0.6. The plan was kept.
-// Then the cluster barrier's arrive was made relaxed (exchange_arrive): ncu had put 12% of the stall
-// samples of a launch of one cluster per row on the release's memory barrier (results/h200/
-// profile_cluster_vs_quack_9ac3b18.txt). A/B in one call (results/h200/ab_relaxed_arrive.txt and its
-// JSONs, every packed bfloat16 shape from N = 32768 and every float32-register shape from 65536 up): one
-// cluster per row gained 4 to 10 points of a copy and now wins at every length measured but float32
-// 256x262144, where the persistent grid's 91.7 stays ahead of 90.4 (persistent launches within a point:
-// their barrier is paid once per CTA). The entries from N = 65536 up were re-chosen from its B side
-// (% of a copy, with the previous entry's): bfloat16 65536 128 x 64 packed on 8 CTAs, 95.4 with 1024
-// rows (90.5) and 98.5 with 4096 (96.9), one entry for both; 131072 512 x 64 packed on 4, 99.3 (92.1);
-// 262144 with 4096 rows 256 x 128 packed on 8, 96.6 (89.1), with fewer 256 x 64 packed on 16, 90.5
-// (86.5); float32 65536 128 x 32 on 16, 97.3 with 1024 rows (91.6) and 98.9 with 4096 (98.9, the
-// previous 2-CTA entry, which gained as much), one entry; 131072 512 x 32 on 8, 98.0 (93.5); 262144 with
-// 4096 rows 256 x 64 on 16, 95.7 (94.3). The rows of one point are spread over clusters by the hardware
-// as CTAs retire, where the persistent grid's fixed share left a tail: at 256 rows it held 28 clusters,
-// 10 rounds of rows where 9.14 would be even. Below 32768 (bfloat16) and 65536 (float32) the plans take
-// one CTA per row, which has no cluster barrier, and were not re-timed.
+// Then the cluster barrier's arrive was made relaxed (exchange_arrive): ncu had put 12.6% of the stall
+// samples of a launch of one cluster per row on the release's memory barrier
+// (results/h200/profile_cluster_vs_quack_9ac3b18.txt). A/B in one call
+// (results/h200/ab_relaxed_arrive.txt and its JSONs, every packed bfloat16 shape from N = 32768 and
+// every float32-register shape from 65536 up): one cluster per row gained 4 to 10 points of a copy and
+// now wins at every length measured but float32 256x262144, where the persistent grid's 91.7 stays
+// ahead of 90.4 (persistent launches moved by less than a point: they pay the barrier once per CTA, not
+// once per row). The entries from N = 65536 up were re-chosen from its B side (% of a copy, with the
+// previous entry's): bfloat16 65536 128 x 64 packed on 8 CTAs, 95.4 with 1024 rows (90.5) and 98.5 with
+// 4096 (96.9), one entry for both; 131072 512 x 64 packed on 4, 99.3 (92.1); 262144 with 4096 rows 256
+// x 128 packed on 8, 96.6 (89.1), with fewer 256 x 64 packed on 16, 90.5 (86.5); float32 65536 128 x 32
+// on 16, 97.3 with 1024 rows (91.6) and 98.9 with 4096 (98.9, the previous 2-CTA entry, which gained as
+// much), one entry; 131072 512 x 32 on 8, 98.0 (93.5); 262144 with 4096 rows 256 x 64 on 16, 95.7
+// (94.3). One cluster per row, the hardware hands out rows as clusters retire, where the persistent
+// grid's fixed share of rows left a tail: at 256 rows it held 28 clusters, 10 rounds of rows where 9.14
+// would be even. Below 32768 (bfloat16) and 65536 (float32) the plans take one CTA per row, which has
+// no cluster barrier, and were not re-timed.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -253,8 +254,8 @@ __device__ __forceinline__ void exchange_arrive(Exchange& ex, int c) {
   }
   // Relaxed: the only writes the peers must see are the mbarrier inits, which their fence releases
   // (the pattern CUTLASS uses for its cluster pipelines). A .release arrive made every thread wait for
-  // a full memory barrier (ERRBAR), 12% of the stall samples of a launch of one cluster per row
-  // (results/h200/profile_cluster_vs_quack_*.txt).
+  // a full memory barrier (ERRBAR), 12.6% of the stall samples of a launch of one cluster per row
+  // (results/h200/profile_cluster_vs_quack_9ac3b18.txt).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
