@@ -14,20 +14,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if [ -n "${PROFILE_REPORT:-}" ]; then
+# ncu on the second launch of the kernel, with the given sections or set, around profile_point.py.
+ncu_point() {
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
-    --launch-count 1 --set full --import-source yes -f -o "$PROFILE_REPORT" \
-    "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1 | grep -v "^==PROF=="
+    --launch-count 1 "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1
+}
+if [ -n "${PROFILE_REPORT:-}" ]; then
+  ncu_point --set full --import-source yes -f -o "$PROFILE_REPORT" | grep -v "^==PROF=="
   [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
   "$NCU" --import "$PROFILE_REPORT.ncu-rep" --page details --print-details all >"$PROFILE_REPORT.details.txt" 2>&1
   "$NCU" --import "$PROFILE_REPORT.ncu-rep" --page source --csv --print-source sass >"$PROFILE_REPORT.source.csv" 2>&1
   grep -E "Duration|DRAM Throughput|Executed Instructions|Achieved Occupancy|Registers Per" "$PROFILE_REPORT.details.txt"
   exit 0
 fi
-PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
-  --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+ncu_point --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section MemoryWorkloadAnalysis --section InstructionStats \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1 |
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" |
   grep -vE "^==PROF==|^\s*$|----" |
   grep -E "\([0-9]+, [0-9]+, [0-9]+\)x\(|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Waves Per SM|Grid Size|Block Size|Stall|stalled|Executed Instructions|cycles being stalled|L2 Hit|Mem Busy|Max Bandwidth|Warp Cycles Per Issued|Issued Warp|Shared Memory|Cluster" |
   sed -E 's/ {2,}/  /g' | cut -c1-220
