@@ -82,6 +82,9 @@ constexpr ResidentShape kResidentShapes[] = {
     {256, 64, 2, true},  {256, 128, 0, true}, {256, 128, 1, true}, {256, 128, 2, true},
     {512, 64, 0, true},  {512, 64, 1, true},  {512, 64, 2, true},  {512, 128, 0, true},
     {512, 128, 1, true},
+    // 128 threads holding 128 elements: a 16384-element slice (a 262144-element row over 16 CTAs) in
+    // smaller CTAs, more of them resident per SM.
+    {128, 128, 0, true}, {128, 128, 0},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
