@@ -130,10 +130,10 @@ def main() -> int:
                   f"(non-persistent {row.get('cuda.register_cached (one block per row group)', math.nan):5.1f}%) "
                   f"torch {row['torch.softmax']:5.1f}%"
                   + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
+            if args.json:  # after every point: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump(records, f, indent=1)
     print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
     wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
     return 1 if wrong else 0
 

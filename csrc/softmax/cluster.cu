@@ -85,6 +85,8 @@ constexpr ResidentShape kResidentShapes[] = {
     // 128 threads holding 128 elements: a 16384-element slice (a 262144-element row over 16 CTAs) in
     // smaller CTAs, more of them resident per SM.
     {128, 128, 0, true}, {128, 128, 0},
+    // 64-thread CTAs: smaller still.
+    {64, 128, 0, true}, {64, 256, 0, true}, {64, 128, 0},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
