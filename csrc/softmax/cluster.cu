@@ -83,10 +83,8 @@ constexpr ResidentShape kResidentShapes[] = {
     {512, 64, 0, true},  {512, 64, 1, true},  {512, 64, 2, true},  {512, 128, 0, true},
     {512, 128, 1, true},
     // 128 threads holding 128 elements: a 16384-element slice (a 262144-element row over 16 CTAs) in
-    // smaller CTAs, more of them resident per SM.
+    // smaller CTAs than 256 x 64, more of them resident per SM (see the plans).
     {128, 128, 0, true}, {128, 128, 0},
-    // 64-thread CTAs: smaller still.
-    {64, 128, 0, true}, {64, 256, 0, true}, {64, 128, 0},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
@@ -166,6 +164,16 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // grid's fixed share of rows left a tail: at 256 rows it held 28 clusters, 10 rounds of rows where 9.14
 // would be even. Below 32768 (bfloat16) and 65536 (float32) the plans take one CTA per row, which has
 // no cluster barrier, and were not re-timed.
+// Then 128-thread CTAs of 128 elements (shapes 31, packed, and 32) were added: a 16384-element slice in
+// CTAs of half the threads of 256 x 64, five resident per SM in bfloat16 (96 registers) where 256 x 64
+// fits four, three in float32. Timed in two device calls (results/h200/experiments/tune_cta128_*: every
+// packed shape in bfloat16 and every float32-register shape from N = 16384 up, beside 64-thread shapes,
+// which won nowhere and were dropped), they won N = 262144 at both row counts (% of a copy, with the
+// previous entry's): bfloat16 256 rows 92.1 and 91.5 (90.7, 90.0), 4096 rows 97.9 and 98.1 (96.9, 96.4);
+// float32 256 rows 94.8 and 94.1 (92.6 and 91.8, persistent), 4096 rows 97.6 and 97.4 (95.8, 95.6). One
+// entry per dtype there now (no min_rows). The same calls re-chose float32 N = 16384: 256 x 16 on 4 CTAs,
+// 98.4 at 4096 rows (96.4 for 512 x 32 on one); 32768: 256 x 16 on 8, 99.1 (98.2); bfloat16 N = 16384:
+// 128 x 64 packed on 2 CTAs, 97.0 (96.7; the tutorial's same shape 96.4 against 96.1).
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -174,14 +182,13 @@ struct PlanEntry {
   int64_t min_rows = 0;
 };
 constexpr PlanEntry kPlan32[] = {  // float32
-    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 14, 1, false},   {16384, 16, 1, false},
-    {32768, 17, 1, false},  {65536, 12, 16, false},      {131072, 16, 8, false},
-    {262144, 15, 16, false, 4096}, {262144, 16, 16, true}, {524288, 17, 16, true},
+    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 14, 1, false},    {16384, 13, 4, false},
+    {32768, 13, 8, false},  {65536, 12, 16, false}, {131072, 16, 8, false},  {262144, 32, 16, false},
+    {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
-    {4096, 0, 1, true},        {8192, 18, 1, false},   {16384, 20, 1, false},      {32768, 26, 1, false},
-    {65536, 18, 8, false},     {131072, 26, 4, false}, {262144, 23, 8, false, 4096}, {262144, 20, 16, false},
-    {524288, 11, 16, true},
+    {4096, 0, 1, true},     {8192, 18, 1, false},   {16384, 18, 2, false},   {32768, 26, 1, false},
+    {65536, 18, 8, false},  {131072, 26, 4, false}, {262144, 31, 16, false}, {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
