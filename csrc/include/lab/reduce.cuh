@@ -79,32 +79,29 @@ __device__ __forceinline__ float fragment_max(const uint32_t (&w)[P][kPackWords]
 }
 
 // The sum of exp(v - shift) over a 16-bit fragment, converting each element on the fly; the
-// fragment is left as it is (the write recomputes the exponentials from it).
+// fragment is left as it is (the write recomputes the exponentials from it). One loop, given the
+// exponential: folded (one FFMA per element, exp.cuh fast_exp2_fma) where the shift allows, else
+// subtract and exponentiate; two sums, one per half of a word, for independent instructions.
 template <typename T, int P>
 __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift) {
   static_assert(sizeof(T) == 2, "two 16-bit elements per word");
   float d0 = 0.0f, d1 = 0.0f;
-  if (foldable(shift)) {  // one FFMA per element (exp.cuh, fast_exp2_fma)
+  const auto sum = [&](auto exp) {
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+#pragma unroll
+      for (int i = 0; i < kPackWords; ++i) {
+        const float2 f = word_to_float2<T>(w[k][i]);
+        d0 += exp(f.x);
+        d1 += exp(f.y);
+      }
+    }
+  };
+  if (foldable(shift)) {
     const float c = shift * kLog2e;
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-#pragma unroll
-      for (int i = 0; i < kPackWords; ++i) {
-        const float2 f = word_to_float2<T>(w[k][i]);
-        d0 += fast_exp2_fma(f.x, c);
-        d1 += fast_exp2_fma(f.y, c);
-      }
-    }
+    sum([c](float x) { return fast_exp2_fma(x, c); });
   } else {
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-#pragma unroll
-      for (int i = 0; i < kPackWords; ++i) {
-        const float2 f = word_to_float2<T>(w[k][i]);
-        d0 += fast_exp(f.x - shift);
-        d1 += fast_exp(f.y - shift);
-      }
-    }
+    sum([shift](float x) { return fast_exp(x - shift); });
   }
   return d0 + d1;
 }
