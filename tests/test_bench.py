@@ -35,3 +35,13 @@ def test_a_call_slower_on_the_host_than_the_flush_is_host_bound():
     t = bench.time_gpu(slow, warmup_ms=2, rep_ms=20, flush_mb=16)
     assert t.host_us > 150 and t.median_ms > 0.05  # the wait is in the timed median: what host_bound warns of
     assert t.long_flush_ms is not None and t.host_bound, t
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_flush_write_is_timed_at_a_bandwidth_a_gpu_can_have():
+    """flush_buffer times its write as any call is timed: a write of 64 MB between 100 GB/s and 20 TB/s
+    (a time of nothing, or of the wrong thing, falls outside)."""
+    buf, us = bench.flush_buffer(64)
+    assert buf.numel() * buf.element_size() == 64 * 2**20
+    gbps = buf.numel() * buf.element_size() / (us * 1e-6) / 1e9
+    assert 100 < gbps < 20000, f"the 64 MB flush write timed at {us:.1f} us: {gbps:.0f} GB/s"
