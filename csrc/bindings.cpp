@@ -237,6 +237,10 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       the resident path with a given shape index and cluster size (errors when the slice does not
 //       fit that shape), on a persistent grid or one cluster per row
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
+//   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
+//       one of its tuning shapes, one block per row group (errors when the row does not fit it)
+//   torch.ops.lab_tune.register_cached_shapes(ScalarType dtype) -> int[]   [threads per row, elements
+//       per thread, threads per block] per tuning shape, flattened
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
 //       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]
@@ -264,6 +268,19 @@ at::Tensor tune_register_cached(const at::Tensor& x, bool persistent) {
   return tuned(x, "register_cached (tuned)", [&](const lab::RowsArgs& a, cudaStream_t s) {
     return lab::softmax_register_cached_with(a, persistent ? 1 : 0, s);
   });
+}
+
+at::Tensor tune_register_cached_shape(const at::Tensor& x, int64_t shape) {
+  return tuned(x, "register_cached (tuned shape)", [&](const lab::RowsArgs& a, cudaStream_t s) {
+    return lab::softmax_register_cached_shape(a, static_cast<int>(shape), s);
+  });
+}
+
+std::vector<int64_t> tune_register_cached_shapes(at::ScalarType dtype) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  const int* flat = nullptr;
+  const int count = lab::register_cached_tune_shapes(lab::to_lab_dtype(probe, "register_cached_shapes"), &flat);
+  return std::vector<int64_t>(flat, flat + 3 * count);
 }
 
 std::vector<int64_t> tune_cluster_shapes() {
@@ -299,6 +316,8 @@ std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64
 TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor");
   m.def("register_cached(Tensor x, bool persistent) -> Tensor");
+  m.def("register_cached_shape(Tensor x, int shape) -> Tensor");
+  m.def("register_cached_shapes(ScalarType dtype) -> int[]", &tune_register_cached_shapes);
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
   m.def("cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
@@ -307,10 +326,12 @@ TORCH_LIBRARY(lab_tune, m) {
 TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {
   m.impl("cluster", &tune_cluster);
   m.impl("register_cached", &tune_register_cached);
+  m.impl("register_cached_shape", &tune_register_cached_shape);
 }
 TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
   m.impl("cluster", &tune_cluster);
   m.impl("register_cached", &tune_register_cached);
+  m.impl("register_cached_shape", &tune_register_cached_shape);
 }
 
 #endif  // LAB_HAS_SOFTMAX

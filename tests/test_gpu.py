@@ -362,6 +362,64 @@ def test_cluster_packed_shapes_refuse_float32():
             torch.ops.lab_tune.cluster(x, i, 1, True)
 
 
+# --- cuda.register_cached's tuning shapes (rows per block, elements per thread), through the tuning op --
+
+
+def _register_cached_shapes() -> list:
+    """(dtype, index, shape) of every tuning shape compiled into lab._C; none when it is not built."""
+    try:
+        return [(d, i, s) for d in DTYPES for i, s in enumerate(cuda_variants.register_cached_shapes(d))]
+    except Exception:  # lab._C not built: cuda.register_cached's own tests say so
+        return []
+
+
+RC_SHAPES = [pytest.param(d, i, s, id=f"{s.label()}-{dtype_name(d)}") for d, i, s in _register_cached_shapes()]
+
+
+def _rc_rows(s) -> list[Shape]:
+    """Rows that fill the shape, leave its last pack partial, leave whole threads idle, misalign it, and
+    leave the last block part empty: N at the shape's capacity, one under, just over half, odd; M of one
+    row, of a block's rows plus one, and of three blocks' rows less one."""
+    cap = s.threads * s.elems
+    per_block = s.block // s.threads
+    ns = sorted({cap, cap - 1, cap // 2 + 1, max(1, cap // 3 | 1)})
+    return [Shape(m, n, stride) for n in ns for m in (1, per_block + 1, 3 * per_block - 1)
+            for stride in (None, n + 3)]
+
+
+@pytest.mark.parametrize(("dtype", "index", "shape"), RC_SHAPES)
+def test_register_cached_tune_shapes(dtype, index, shape):
+    """Every tuning shape on rows it holds (the edge shapes and _rc_rows, irregular and special rows),
+    checked against float64; a row longer than it holds is refused, not cut."""
+    def run(t: torch.Tensor) -> torch.Tensor:
+        return torch.ops.lab_tune.register_cached_shape(t, index)
+
+    checked = 0
+    for s in (*inputs.EDGE_SHAPES, *_rc_rows(shape)):
+        x = inputs.make_input(s, dtype, "cuda")
+        if not shape.holds(s.n):
+            if s.m:
+                with pytest.raises(RuntimeError):
+                    run(x)
+            continue
+        res = check.check(run, x, False, SOFTMAX.reference(x))
+        assert res.ok, f"{shape.label()} {dtype_name(dtype)} {s.label}: {res.summary()}"
+        checked += 1
+    for n in inputs.SPECIAL_NS:
+        if shape.holds(n):
+            x, labels = inputs.special_input(n, dtype, "cuda")
+            res = check.check(run, x, False, SOFTMAX.reference(x), row_labels=labels)
+            assert res.ok, f"{shape.label()} {dtype_name(dtype)} special N={n}: {res.summary()}"
+            checked += 1
+    assert checked >= 12, f"{shape.label()}: only {checked} inputs fit"
+
+
+def test_register_cached_tune_shape_index_out_of_range():
+    x = torch.randn(2, 100, device="cuda")
+    with pytest.raises(RuntimeError):
+        torch.ops.lab_tune.register_cached_shape(x, len(cuda_variants.register_cached_shapes(x.dtype)))
+
+
 # --- cuda.grid_split: few long rows over the whole GPU, its register limit, its persistent path ---
 
 

@@ -29,6 +29,7 @@
 // flight; cluster splits such rows and is faster there.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -143,7 +144,8 @@ constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WA
 // row data, on a persistent grid the next row's raw packs (ELEMS * sizeof(T) / 4 registers), and
 // about 48 for addresses, loop state and reductions. ptxas then has that many registers without
 // spilling. 16-bit types hold their elements packed, as the words they were loaded in (two per
-// register, see the header), and need about 32 more; float32 holds floats and asks for 48.
+// register, see the header), and need about 32 more up to 32 elements (past that, holding 64 or 128
+// elements, ptxas spilled 132 to 824 bytes within 32 more and needs 48); float32 holds floats and asks for 48.
 // Counted per scheduler: each of an SM's four holds a quarter of the register file (16384) and a
 // quarter of its warps, in steps of 8 registers per thread; counted per SM instead, 21 blocks of 64
 // threads left ptxas 40 registers (11 warps on some scheduler) where 48 were asked, and it spilled.
@@ -151,7 +153,7 @@ template <typename T>
 constexpr bool kPacked = sizeof(T) == 2;
 template <typename T, int ELEMS, bool PERSISTENT>
 constexpr int kThreadRegisters = (kPacked<T> ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
-                                 (kPacked<T> ? 32 : 48);
+                                 (kPacked<T> && ELEMS <= 32 ? 32 : 48);
 template <typename T, int ELEMS, int BLOCK, bool PERSISTENT>
 constexpr int kMinBlocks = std::max(
     1, std::min(32, 4 * (16384 / (kWarpSize * ((kThreadRegisters<T, ELEMS, PERSISTENT> + 7) / 8 * 8))) /
@@ -325,6 +327,65 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
   }
 }
 
+// Launch shapes compiled for scripts/tune_register_cached.py (torch.ops.lab_tune.register_cached_shape),
+// each on a grid of one block per row group: a group of threads_per_row threads holds a row of up to
+// threads_per_row x elems_per_thread elements, in blocks of `block` threads (block / threads_per_row
+// rows per block; a group of more than a warp is a whole block). The table of row lengths above keys
+// its shape by N alone and was tuned on the fixed sweep's many rows; these are the alternatives in
+// rows per block and elements per thread, for tensors whose row groups fill less than a wave or two
+// (the tutorial sweep's 4096 rows), where ncu found QuACK's kernel faster with four rows of 32
+// threads in each 128-thread CTA and 1024 CTAs in 0.78 of a wave, against 4096 blocks of 64 threads
+// here in 1.29 (bfloat16 4096x1024).
+struct BlockShape {
+  int threads_per_row;
+  int elems_per_thread;
+  int block;
+};
+constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
+    {32, 4, 128}, {8, 16, 128}, {16, 8, 64},                                         // N <= 128
+    {32, 16, 128}, {128, 4, 128}, {16, 32, 128}, {64, 8, 64},                        // N <= 512
+    {32, 32, 128}, {32, 32, 64}, {64, 16, 64}, {128, 8, 128}, {256, 4, 256},         // N <= 1024
+    {64, 32, 64}, {256, 8, 256}, {32, 64, 128},                                      // N <= 2048
+    {128, 32, 128}, {512, 8, 512}, {64, 64, 64},                                     // N <= 4096
+};
+constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs of 8
+    {4, 32, 128}, {16, 8, 128}, {8, 16, 64},                                         // N <= 128
+    {8, 32, 128}, {32, 8, 128},                                                      // N <= 256
+    {16, 32, 128}, {64, 8, 64}, {32, 16, 64}, {32, 16, 256},                         // N <= 512
+    {32, 32, 128}, {32, 32, 64}, {32, 32, 256}, {16, 64, 128}, {128, 8, 128},        // N <= 1024
+    {32, 64, 128}, {32, 64, 64}, {64, 32, 64}, {256, 8, 256},                        // N <= 2048
+    {64, 64, 64}, {256, 16, 256}, {512, 8, 512},                                     // N <= 4096
+};
+template <typename T>
+constexpr const auto& tune_shapes() {
+  if constexpr (sizeof(T) == 4) {
+    return kTuneShapes32;
+  } else {
+    return kTuneShapes16;
+  }
+}
+template <typename T>
+constexpr int kTuneCount = sizeof(tune_shapes<T>()) / sizeof(BlockShape);
+
+// Whole packs, a power-of-two group of at most a warp in blocks of whole groups, or a group that is
+// the whole block.
+constexpr bool block_shape_holds(const BlockShape& s, int pack) {
+  const bool pow2 = s.threads_per_row >= 1 && (s.threads_per_row & (s.threads_per_row - 1)) == 0;
+  const bool warp_group = s.threads_per_row <= kWarpSize && s.block % s.threads_per_row == 0 &&
+                          s.block % kWarpSize == 0 && s.block <= 1024;
+  const bool block_group = s.threads_per_row > kWarpSize && s.block == s.threads_per_row && s.block <= 1024;
+  return pow2 && s.elems_per_thread % pack == 0 && (warp_group || block_group);
+}
+template <size_t COUNT>
+constexpr bool block_shapes_hold(const BlockShape (&shapes)[COUNT], int pack) {
+  for (size_t i = 0; i < COUNT; ++i) {
+    if (!block_shape_holds(shapes[i], pack)) return false;
+  }
+  return true;
+}
+static_assert(block_shapes_hold(kTuneShapes32, 4) && block_shapes_hold(kTuneShapes16, 8),
+              "a tuning shape is not whole packs of a power-of-two group in whole blocks");
+
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT>
@@ -351,7 +412,49 @@ cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t str
                     : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false>(a, sms, stream);
 }
 
+// Calls f(threads-per-row, elements-per-thread, block constants) for T's tuning shape `index`.
+template <typename T, int I = 0, typename F>
+cudaError_t dispatch_tune_shape(int index, F&& f) {
+  if constexpr (I == kTuneCount<T>) {
+    return cudaErrorInvalidValue;  // no such shape
+  } else {
+    if (index == I) {
+      constexpr BlockShape s = tune_shapes<T>()[I];
+      return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
+               std::integral_constant<int, s.block>{});
+    }
+    return dispatch_tune_shape<T, I + 1>(index, f);
+  }
+}
+
 }  // namespace
+
+int register_cached_tune_shapes(DType dtype, const int** flat) {
+  static constexpr auto flatten = [](const auto& shapes) {
+    std::array<int, 3 * sizeof(shapes) / sizeof(BlockShape)> out{};
+    for (size_t i = 0; i < out.size() / 3; ++i) {
+      out[3 * i] = shapes[i].threads_per_row, out[3 * i + 1] = shapes[i].elems_per_thread, out[3 * i + 2] = shapes[i].block;
+    }
+    return out;
+  };
+  static constexpr auto k32 = flatten(kTuneShapes32);
+  static constexpr auto k16 = flatten(kTuneShapes16);
+  const bool wide = dtype == DType::kFloat32;
+  *flat = wide ? k32.data() : k16.data();
+  return static_cast<int>((wide ? k32.size() : k16.size()) / 3);
+}
+
+cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStream_t stream) {
+  int sms = 0;
+  LAB_CUDA_TRY(device_sm_count(&sms));
+  return dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block) {
+      if (a.cols > int64_t{decltype(tpr)::value} * decltype(ept)::value) return cudaErrorInvalidValue;
+      return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false>(a, sms, stream);
+    });
+  });
+}
 
 cudaError_t softmax_register_cached(const RowsArgs& a, cudaStream_t stream) {
   return softmax_register_cached_with(a, -1, stream);

@@ -172,6 +172,29 @@ def cluster_shapes() -> list[ClusterShape]:
     return [ClusterShape(*flat[i:i + n - 1], bool(flat[i + n - 1])) for i in range(0, len(flat), n)]
 
 
+class BlockShape(NamedTuple):
+    """A launch shape of cuda.register_cached compiled for tuning (torch.ops.lab_tune.register_cached_shapes):
+    `threads` per row, `elems` per thread, `block` threads per block (block // threads rows per block)."""
+
+    threads: int
+    elems: int
+    block: int
+
+    def holds(self, n: int) -> bool:
+        return n <= self.threads * self.elems
+
+    def label(self) -> str:
+        return f"{self.threads}x{self.elems}/{self.block}"
+
+
+def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
+    """cuda.register_cached's tuning shapes for `dtype`, in the order torch.ops.lab_tune.register_cached_shape
+    indexes them."""
+    load_extension()
+    flat = list(torch.ops.lab_tune.register_cached_shapes(dtype))
+    return [BlockShape(*flat[i:i + 3]) for i in range(0, len(flat), 3)]
+
+
 def cluster_thresholds(dtype: torch.dtype) -> list[int]:
     """The longest row of each entry of cuda.cluster's launch table, found by asking the launcher's own
     plan (torch.ops.lab_tune.cluster_plan) where it changes between powers of two."""

@@ -47,6 +47,14 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1).
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
+// register_cached's shapes compiled for tuning (register_cached.cu): *flat points at (threads per row,
+// elements per thread, threads per block) triples for `dtype`; returns how many.
+int register_cached_tune_shapes(DType dtype, const int** flat);
+
+// register_cached with tuning shape `index` on a grid of one block per row group:
+// cudaErrorInvalidValue when there is no such shape or the row is longer than it holds.
+cudaError_t softmax_register_cached_shape(const RowsArgs& args, int index, cudaStream_t stream);
+
 // auto (csrc/softmax/dispatch/auto.cu): torch.ops.lab.softmax, dispatching each call to a CUDA variant.
 cudaError_t softmax_auto(const RowsArgs& args, cudaStream_t stream);
 

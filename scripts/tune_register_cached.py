@@ -1,0 +1,149 @@
+"""Time cuda.register_cached's launch shapes against its table, auto and the peers, at the sweeps' short rows.
+
+The row-shape table of register_cached.cu keys a shape (threads per row, elements per thread) by the
+row's length alone. This script tries every tuning shape compiled into lab._C
+(torch.ops.lab_tune.register_cached_shapes: threads per row, elements per thread, threads per block)
+that holds the row in less than twice its length, each on a grid of one block per row group, beside
+the table's own choice (torch.ops.lab_tune.register_cached, both grids), a device-to-device copy of
+the same bytes, and the lab's and the peers' softmax variants named by --variants (skipped, with the
+reason, where not installed). Each is checked against float64 before it is timed; all are timed in
+interleaved rounds (the order rotated each round; each round the median of --reps calls, the L2
+flushed before every call by a 256 MB write), and the median over rounds is reported: on tensors of a
+few MB one timing of a kernel can differ from the next by several percent.
+
+    python scripts/tune_register_cached.py [--dtype bfloat16] [--sweep tutorial] [--max-n 4096]
+        [--variants lab.auto,peer.quack] [--rounds 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+from interleave import timed_round
+
+from lab import bench, check, inputs
+from lab.backends.cuda_variants import load_extension, register_cached_shapes
+from lab.operators.softmax import SOFTMAX
+from lab.registry import Unavailable, dtype_name, variants
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+COPY = "copy"
+TABLE = "register_cached table"
+TABLE_PERSISTENT = "register_cached table, persistent"
+
+
+def configs(x: torch.Tensor, names: list[str]) -> tuple[dict, dict]:
+    """The functions to time at x, by label, and why any asked-for variant was left out."""
+    n = x.shape[1]
+    out = torch.empty_like(x)
+    fns = {COPY: lambda: out.copy_(x)}
+    fns[TABLE] = lambda: torch.ops.lab_tune.register_cached(x, False)
+    fns[TABLE_PERSISTENT] = lambda: torch.ops.lab_tune.register_cached(x, True)
+    for i, s in enumerate(register_cached_shapes(x.dtype)):
+        if s.holds(n) and s.threads * s.elems < 2 * n:
+            fns[s.label()] = lambda i=i: torch.ops.lab_tune.register_cached_shape(x, i)
+    skipped = {}
+    by_name = {v.name: v for v in variants() if v.op == "softmax"}
+    for name in names:
+        v = by_name.get(name)
+        if v is None:
+            sys.exit(f"tune_register_cached: no softmax variant named {name}; see python -m lab.test --list")
+        reason = v.skip_reason(inputs.Shape.of(x), x.dtype) or v.availability()
+        if reason:
+            skipped[name] = reason
+            continue
+        try:
+            kernel = v.kernel()
+        except Unavailable as e:
+            skipped[name] = str(e)
+            continue
+        fns[name] = lambda kernel=kernel: kernel(x)
+    return fns, skipped
+
+
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: list[str], rounds: int,
+                  reps: int, flush: torch.Tensor) -> dict:
+    x = inputs.make_input(shape, dtype, "cuda")
+    ref = SOFTMAX.reference(x)
+    fns, skipped = configs(x, names)
+    row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "skipped": skipped,
+           "wrong": {}, "us": {}}
+    for label in [k for k in fns if k != COPY]:
+        res = check.check(lambda t, f=fns[label]: f(), x, False, ref)
+        if not res.ok:
+            row["wrong"][label] = res.summary()
+            del fns[label]
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    for r in range(rounds):
+        k = r % len(order)
+        for label in order[k:] + order[:k]:
+            times[label].append(timed_round(fns[label], flush, reps))
+    row["us"] = {k: statistics.median(v) for k, v in times.items()}
+    row["rounds_us"] = times
+    return row
+
+
+def summary(row: dict) -> str:
+    us = row["us"]
+    copy = us[COPY]
+    shapes = {k: v for k, v in us.items() if "/" in k}
+    best = min(shapes, key=shapes.get) if shapes else None
+    others = {k: v for k, v in us.items() if k not in shapes and k != COPY}
+    parts = [f"{row['sweep']:<8} {row['dtype']:<8} {row['m']}x{row['n']:<7} copy {copy:6.2f} us"]
+    if best:
+        parts.append(f"best shape {best} {shapes[best]:6.2f} ({100 * copy / shapes[best]:5.1f}%)")
+    parts += [f"{k} {v:6.2f} ({100 * copy / v:5.1f}%)" for k, v in others.items()]
+    if row["wrong"]:
+        parts.append(f"WRONG: {row['wrong']}")
+    ranked = sorted(shapes.items(), key=lambda kv: kv[1])
+    return "  ".join(parts) + "\n    shapes: " + ", ".join(f"{k} {v:.2f}" for k, v in ranked)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--sweep", action="append", choices=sorted(inputs.SWEEPS), help="default: tutorial")
+    p.add_argument("--max-n", type=int, default=4096, help="time the sweeps' rows of at most this many elements")
+    p.add_argument("--variants", default="lab.auto,peer.quack,peer.liger",
+                   help="comma-separated softmax variants to time beside the shapes")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--reps", type=int, default=100, help="timed calls per configuration per round")
+    p.add_argument("--json", help="write every measurement here (after each point)")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.reps < 1:
+        sys.exit("tune_register_cached: --rounds and --reps must be at least 1")
+    if not torch.cuda.is_available():
+        sys.exit("tune_register_cached: needs a CUDA GPU")
+    load_extension()
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    flush, _ = bench.flush_buffer(bench.FLUSH_MB)
+    records = []
+    start = time.perf_counter()
+    print(f"{torch.cuda.get_device_name()}; {args.rounds} rounds of {args.reps} calls, the median of round "
+          f"medians in us, and % of the copy's time", flush=True)
+    for dtype in [DTYPES[d] for d in (args.dtype or ["bfloat16", "float32"])]:
+        for sweep in args.sweep or ["tutorial"]:
+            for shape in inputs.SWEEPS[sweep]:
+                if shape.n > args.max_n:
+                    continue
+                row = measure_point(sweep, shape, dtype, names, args.rounds, args.reps, flush)
+                records.append(row)
+                print(summary(row), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(records, f, indent=1)
+    skipped = {k: v for r in records for k, v in r["skipped"].items()}
+    for k, v in skipped.items():
+        print(f"skipped {k}: {v}")
+    print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
+    return 1 if any(r["wrong"] for r in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
