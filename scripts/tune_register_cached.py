@@ -26,7 +26,7 @@ import time
 import torch
 from interleave import timed_round
 
-from lab import bench, check, inputs
+from lab import bench, check, dispatch, inputs
 from lab.backends.cuda_variants import load_extension, register_cached_shapes
 from lab.operators.softmax import SOFTMAX
 from lab.registry import Unavailable, dtype_name, variants
@@ -72,7 +72,8 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: li
     ref = SOFTMAX.reference(x)
     fns, skipped = configs(x, names)
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "skipped": skipped,
-           "wrong": {}, "us": {}}
+           "wrong": {}, "us": {}, "auto_choice": list(torch.ops.lab_tune.auto_choice(shape.m, shape.n, dtype)),
+           "lab_choice": dispatch.lab_choice(shape.m, shape.n, dtype)}
     for label in [k for k in fns if k != COPY]:
         res = check.check(lambda t, f=fns[label]: f(), x, False, ref)
         if not res.ok:
@@ -95,7 +96,8 @@ def summary(row: dict) -> str:
     shapes = {k: v for k, v in us.items() if "/" in k}
     best = min(shapes, key=shapes.get) if shapes else None
     others = {k: v for k, v in us.items() if k not in shapes and k != COPY}
-    parts = [f"{row['sweep']:<8} {row['dtype']:<8} {row['m']}x{row['n']:<7} copy {copy:6.2f} us"]
+    parts = [f"{row['sweep']:<8} {row['dtype']:<8} {row['m']}x{row['n']:<7} copy {copy:6.2f} us"
+             f" (auto: {row['auto_choice'][0]} by {row['auto_choice'][1]}, lab.auto: {row['lab_choice']})"]
     if best:
         parts.append(f"best shape {best} {shapes[best]:6.2f} ({100 * copy / shapes[best]:5.1f}%)")
     parts += [f"{k} {v:6.2f} ({100 * copy / v:5.1f}%)" for k, v in others.items()]

@@ -151,26 +151,28 @@ constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WA
 // threads left ptxas 40 registers (11 warps on some scheduler) where 48 were asked, and it spilled.
 template <typename T>
 constexpr bool kPacked = sizeof(T) == 2;
-template <typename T, int ELEMS, bool PERSISTENT>
-constexpr int kThreadRegisters = (kPacked<T> ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
-                                 (kPacked<T> && ELEMS <= 32 ? 32 : 48);
-template <typename T, int ELEMS, int BLOCK, bool PERSISTENT>
+// PACKED: a 16-bit type held packed (the default); a tuning shape may hold it as floats instead.
+template <typename T, int ELEMS, bool PERSISTENT, bool PACKED = kPacked<T>>
+constexpr int kThreadRegisters = (PACKED ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
+                                 (PACKED && ELEMS <= 32 ? 32 : 48);
+template <typename T, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
 constexpr int kMinBlocks = std::max(
-    1, std::min(32, 4 * (16384 / (kWarpSize * ((kThreadRegisters<T, ELEMS, PERSISTENT> + 7) / 8 * 8))) /
+    1, std::min(32, 4 * (16384 / (kWarpSize * ((kThreadRegisters<T, ELEMS, PERSISTENT, PACKED> + 7) / 8 * 8))) /
                         (BLOCK / kWarpSize)));
 
 // PERSISTENT: compiled for a grid of the resident blocks, each looping over row groups with the
 // next group's packs loaded ahead (into `next`); else for a grid of one block per row group (a
 // block strides over groups only past the grid's limit), which loads each group straight into
 // the fragment and keeps no registers for a next one.
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT>
-__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT>))
+// PACKED: 16-bit elements held as loaded, two per register (float32: false).
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
+__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
-  constexpr bool PACKED = kPacked<T>;
+  static_assert(!PACKED || kPacked<T>, "only 16-bit types are held packed");
   using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
   constexpr int kBlock = BLOCK;
   constexpr int kRowsPerBlock = kBlock / THREADS_PER_ROW;
@@ -336,10 +338,14 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // (the tutorial sweep's 4096 rows), where ncu found QuACK's kernel faster with four rows of 32
 // threads in each 128-thread CTA and 1024 CTAs in 0.78 of a wave, against 4096 blocks of 64 threads
 // here in 1.29 (bfloat16 4096x1024).
+// packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
+// else as floats (an exponential per element, not two; twice the registers), which the table's shapes
+// gave up for occupancy on many rows, and which a tensor of less than a wave does not need.
 struct BlockShape {
   int threads_per_row;
   int elems_per_thread;
   int block;
+  bool packed = true;
 };
 constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {32, 4, 128}, {8, 16, 128}, {16, 8, 64},                                         // N <= 128
@@ -355,6 +361,12 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 32, 128}, {32, 32, 64}, {32, 32, 256}, {16, 64, 128}, {128, 8, 128},        // N <= 1024
     {32, 64, 128}, {32, 64, 64}, {64, 32, 64}, {256, 8, 256},                        // N <= 2048
     {64, 64, 64}, {256, 16, 256}, {512, 8, 512},                                     // N <= 4096
+    // held as floats
+    {16, 8, 128, false}, {8, 16, 64, false},                                         // N <= 128
+    {32, 16, 128, false}, {32, 16, 64, false}, {64, 8, 64, false},                   // N <= 512
+    {32, 32, 128, false}, {32, 32, 256, false}, {64, 16, 64, false}, {128, 8, 128, false},  // N <= 1024
+    {64, 32, 64, false}, {128, 16, 128, false},                                      // N <= 2048
+    {128, 32, 128, false}, {256, 16, 256, false},                                    // N <= 4096
 };
 template <typename T>
 constexpr const auto& tune_shapes() {
@@ -388,10 +400,10 @@ static_assert(block_shapes_hold(kTuneShapes32, 4) && block_shapes_hold(kTuneShap
 
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT>
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
-  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT>;
+  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -421,7 +433,7 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
     if (index == I) {
       constexpr BlockShape s = tune_shapes<T>()[I];
       return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
-               std::integral_constant<int, s.block>{});
+               std::integral_constant<int, s.block>{}, std::bool_constant<kPacked<T> && s.packed>{});
     }
     return dispatch_tune_shape<T, I + 1>(index, f);
   }
@@ -430,18 +442,20 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
 }  // namespace
 
 int register_cached_tune_shapes(DType dtype, const int** flat) {
-  static constexpr auto flatten = [](const auto& shapes) {
-    std::array<int, 3 * sizeof(shapes) / sizeof(BlockShape)> out{};
-    for (size_t i = 0; i < out.size() / 3; ++i) {
-      out[3 * i] = shapes[i].threads_per_row, out[3 * i + 1] = shapes[i].elems_per_thread, out[3 * i + 2] = shapes[i].block;
+  static constexpr auto flatten = [](const auto& shapes, bool can_pack) {
+    std::array<int, 4 * sizeof(shapes) / sizeof(BlockShape)> out{};
+    for (size_t i = 0; i < out.size() / 4; ++i) {
+      const BlockShape& s = shapes[i];
+      out[4 * i] = s.threads_per_row, out[4 * i + 1] = s.elems_per_thread, out[4 * i + 2] = s.block;
+      out[4 * i + 3] = s.packed && can_pack ? 1 : 0;
     }
     return out;
   };
-  static constexpr auto k32 = flatten(kTuneShapes32);
-  static constexpr auto k16 = flatten(kTuneShapes16);
+  static constexpr auto k32 = flatten(kTuneShapes32, false);
+  static constexpr auto k16 = flatten(kTuneShapes16, true);
   const bool wide = dtype == DType::kFloat32;
   *flat = wide ? k32.data() : k16.data();
-  return static_cast<int>((wide ? k32.size() : k16.size()) / 3);
+  return static_cast<int>((wide ? k32.size() : k16.size()) / 4);
 }
 
 cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStream_t stream) {
@@ -449,9 +463,10 @@ cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStre
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block) {
+    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed) {
       if (a.cols > int64_t{decltype(tpr)::value} * decltype(ept)::value) return cudaErrorInvalidValue;
-      return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false>(a, sms, stream);
+      return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false,
+                         decltype(packed)::value>(a, sms, stream);
     });
   });
 }

@@ -179,12 +179,13 @@ class BlockShape(NamedTuple):
     threads: int
     elems: int
     block: int
+    packed: bool  # 16-bit elements held two to a register (else as floats); False for float32
 
     def holds(self, n: int) -> bool:
         return n <= self.threads * self.elems
 
     def label(self) -> str:
-        return f"{self.threads}x{self.elems}/{self.block}"
+        return f"{self.threads}x{self.elems}/{self.block}{'P' if self.packed else ''}"
 
 
 def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
@@ -192,7 +193,7 @@ def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
     indexes them."""
     load_extension()
     flat = list(torch.ops.lab_tune.register_cached_shapes(dtype))
-    return [BlockShape(*flat[i:i + 3]) for i in range(0, len(flat), 3)]
+    return [BlockShape(*flat[i:i + 3], bool(flat[i + 3])) for i in range(0, len(flat), 4)]
 
 
 def cluster_thresholds(dtype: torch.dtype) -> list[int]:

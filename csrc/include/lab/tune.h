@@ -48,7 +48,8 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at (threads per row,
-// elements per thread, threads per block) triples for `dtype`; returns how many.
+// elements per thread, threads per block, packed) quadruples for `dtype` (packed 1: 16-bit elements held
+// two to a register, else as floats); returns how many.
 int register_cached_tune_shapes(DType dtype, const int** flat);
 
 // register_cached with tuning shape `index` on a grid of one block per row group:
