@@ -157,6 +157,28 @@ def test_the_python_rule_is_the_extensions(installed_extension, m, n):
     assert (python, source) == ((variant, "table") if python else (python, "default rule"))
 
 
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_the_extension_reads_each_committed_table_as_python_does(installed_extension, path):
+    """Every entry of a committed table, at its own (M, N) and on both sides of its bounds, in every dtype:
+    the C++ lookup (torch.ops.lab_tune.auto_choice) names the variant the Python rule does. (Its loop
+    once ran over a copy of the table that died with the loop and read the entry it kept from freed
+    memory: on the H200 it named cluster for float32 2097152x32, whose entry says register_cached.)"""
+    table = json.loads(path.read_text())
+    table["gpu"] = dispatch.current_gpu()
+    dispatch.install(table)
+    checked = 0
+    for dtype_label, entries in table["entries"].items():
+        dtype = getattr(torch, dtype_label)
+        points = {(m + dm, n + dn) for n, m, _, _ in entries for dm in (-1, 0, 1) for dn in (-1, 0, 1) if m + dm >= 1}
+        for m, n in sorted(points):
+            variant, source = torch.ops.lab_tune.auto_choice(m, n, dtype)
+            python = dispatch.choose(entries, m, n)
+            assert (variant, source) == ((python, "table") if python else (variant, "default rule")), \
+                f"{dtype_label} {m}x{n}: the extension chose {variant} ({source}), the table says {python}"
+            checked += 1
+    assert checked > 100
+
+
 def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extension, monkeypatch):
     """A Triton choice calls that variant's entry (differentiable, like the op); a CUDA choice, or none,
     calls torch.ops.lab.softmax, which picks the CUDA variant itself."""

@@ -100,8 +100,13 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   {
     const std::lock_guard<std::mutex> lock(table_mutex);
     const auto found = tables.find(gpu);
+    // A reference to the table itself: a conditional between it and a temporary would copy it into a
+    // temporary that dies with the loop, leaving group_last dangling (it did: on the H200 this returned
+    // cluster for float32 2097152x32, whose entry says register_cached).
+    static const std::vector<Entry> kNoTable;
+    const std::vector<Entry>& table = found == tables.end() ? kNoTable : found->second;
     const Entry* group_last = nullptr;
-    for (const Entry& e : found == tables.end() ? std::vector<Entry>{} : found->second) {
+    for (const Entry& e : table) {
       if (e.dtype != dtype || cols > e.max_cols) continue;
       if (group_last && group_last->max_cols != e.max_cols) break;  // past the group that covers cols
       group_last = &e;
