@@ -12,7 +12,7 @@ flushed before every call by a 256 MB write), and the median over rounds is repo
 few MB one timing of a kernel can differ from the next by several percent.
 
     python scripts/tune_register_cached.py [--dtype bfloat16] [--sweep tutorial] [--max-n 4096]
-        [--variants lab.auto,peer.quack] [--rounds 5] [--json out.json]
+        [--shape 32768x2048] [--variants lab.auto,peer.quack] [--rounds 5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--sweep", action="append", choices=sorted(inputs.SWEEPS), help="default: tutorial")
     p.add_argument("--max-n", type=int, default=4096, help="time the sweeps' rows of at most this many elements")
+    p.add_argument("--shape", type=inputs.Shape.parse, action="append",
+                   help="MxN to time instead of the sweeps (repeatable)")
     p.add_argument("--variants", default="lab.auto,peer.quack,peer.liger",
                    help="comma-separated softmax variants to time beside the shapes")
     p.add_argument("--rounds", type=int, default=5)
@@ -130,16 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}; {args.rounds} rounds of {args.reps} calls, the median of round "
           f"medians in us, and % of the copy's time", flush=True)
     for dtype in [DTYPES[d] for d in (args.dtype or ["bfloat16", "float32"])]:
-        for sweep in args.sweep or ["tutorial"]:
-            for shape in inputs.SWEEPS[sweep]:
-                if shape.n > args.max_n:
-                    continue
-                row = measure_point(sweep, shape, dtype, names, args.rounds, args.reps, flush)
-                records.append(row)
-                print(summary(row), flush=True)
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump(records, f, indent=1)
+        asked = [("asked", s) for s in args.shape or []]
+        swept = [(sweep, s) for sweep in args.sweep or ["tutorial"] for s in inputs.SWEEPS[sweep] if s.n <= args.max_n]
+        for sweep, shape in asked or swept:
+            row = measure_point(sweep, shape, dtype, names, args.rounds, args.reps, flush)
+            records.append(row)
+            print(summary(row), flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(records, f, indent=1)
     skipped = {k: v for r in records for k, v in r["skipped"].items()}
     for k, v in skipped.items():
         print(f"skipped {k}: {v}")
