@@ -65,9 +65,15 @@ struct RowShape {
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
 // (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
 // 8 x 4 at N = 32 and 16 x 4 at N = 64 gained no more than that bias (+0.5, +1.1) and were not kept.
+// N = 2048 then went from 128 x 16 to 64 x 32, one row per 64-thread block, in both tables
+// (scripts/tune_register_cached.py --shape ..., results/h200/experiments/tune_register_cached_2048_d8fb958.txt,
+// interleaved rounds in one call): float32 4096x2048 101.2 -> 102.3% of a copy, 32768x2048 97.3 -> 97.9,
+// 131072x2048 98.5 -> 98.4 (32 x 64: 99.3), 65536x1536 99.8 -> 100.0; bfloat16 4096x2048 99.9 -> 100.9,
+// 32768x2048 98.3 -> 99.8, 131072x2048 100.3 -> 101.8, and rows the 2048 entry takes with 128 threads'
+// second packs partly past the end: 4096x1536 88.1 -> 95.0, 65536x1536 87.6 -> 99.6.
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 4, 8, false},     {64, 8, 8, false},       {128, 16, 8, false},     {256, 32, 8, false},
-    {512, 64, 8, false},   {1024, 32, 32, false},   {2048, 128, 16, false},  {4096, 256, 16, false},
+    {512, 64, 8, false},   {1024, 32, 32, false},   {2048, 64, 32, false},   {4096, 256, 16, false},
     {8192, 512, 16, false}, {16384, 1024, 16, true},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
@@ -92,7 +98,7 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 4096x512 90.0 -> 93.8 (those tiny shapes flip between runs).
 // N = 2048 and 4096 at 16 elements (results/h200/ab_rc16_2048_4096.txt, three passes a side in one
 // call): tutorial 4096x2048 on one block per row group 89.7/91.2/91.1% at 64 x 32 (persistent, the
-// table's choice then: 82.0/82.2/82.7) against 96.2/91.9/101.2 at 128 x 16, which N = 2048 now takes;
+// table's choice then: 82.0/82.2/82.7) against 96.2/91.9/101.2 at 128 x 16, which N = 2048 then took;
 // fixed 16384x4096 97.6/98.0/98.0 at 128 x 32 against 94.1/94.7/95.1 at 256 x 16: N = 4096 keeps 32.
 // N = 1024 then went to 64 threads x 16 elements, one row per 64-thread block (was a warp of 32 x 32):
 // fixed 65536x1024 97.0/97.0/97.2% -> 100.1/100.0/100.1 (results/h200/ab_register_cached_short.txt,
@@ -100,7 +106,7 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 8 elements per thread at N = 64 and 128 (8 and 16 threads, QuACK's split) were level there.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false},     {64, 4, 16, false},      {128, 8, 16, false},     {256, 16, 16, false},
-    {512, 32, 16, false},   {1024, 64, 16, false},   {2048, 128, 16, false},  {4096, 128, 32, false},
+    {512, 32, 16, false},   {1024, 64, 16, false},   {2048, 64, 32, false},   {4096, 128, 32, false},
     {8192, 256, 32, false}, {16384, 512, 32, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
