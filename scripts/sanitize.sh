@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck, racecheck, synccheck and initcheck over every CUDA variant (scripts/sanitize_driver.py).
+# compute-sanitizer memcheck, racecheck, synccheck and initcheck over every CUDA variant and every launch shape
+# compiled for tuning (scripts/sanitize_driver.py).
 # Needs a GPU and a built lab._C. Prints each tool's summary; exits non-zero if any tool reports
 # an error. Usage: bash scripts/sanitize.sh [log dir]
 set -uo pipefail

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from lab import check, operators
-from lab.backends.cuda_variants import AUTO, CUDA_OPS, load_extension
+from lab.backends.cuda_variants import AUTO, CUDA_OPS, cluster_shapes, load_extension, register_cached_shapes
 from lab.inputs import Shape
 
 load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
@@ -43,7 +43,10 @@ def to_gpu(t: torch.Tensor) -> torch.Tensor:
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--op", action="append", choices=list(CUDA_OPS), help="only this operator (repeatable)")
-wanted = parser.parse_args().op or list(CUDA_OPS)
+parser.add_argument("--no-tuning-shapes", action="store_true",
+                    help="skip the launch shapes compiled for tuning (torch.ops.lab_tune.*)")
+args = parser.parse_args()
+wanted = args.op or list(CUDA_OPS)
 for op_name, variants in CUDA_OPS.items():
     if op_name not in wanted:
         continue
@@ -61,3 +64,40 @@ for op_name, variants in CUDA_OPS.items():
                 assert res.ok, (variant.name, op_name, shape, res.summary())
                 ran += 1
         print(f"{op_name} {variant.name}: ran {ran} shape and dtype cases", flush=True)
+
+
+def run_checked(label: str, fn, case: torch.Tensor, dtype: torch.dtype) -> None:
+    """fn on the GPU copy of case, checked on the CPU against softmax's float64 reference."""
+    op = operators.get("softmax")
+    y = fn(to_gpu(case)).cpu()
+    res = check.compare(y, op.reference(case), dtype, None, op.tolerances)
+    assert res.ok, (label, tuple(case.shape), res.summary())
+
+
+# The launch shapes compiled for tuning, which no variant's table may take today: register_cached's
+# (every one on the shapes above that it holds) and cluster's resident shapes (each on 3 rows split over
+# 2 CTAs, the last pack of each CTA's slice partly empty, on a persistent grid and one cluster per row).
+if "softmax" in wanted and not args.no_tuning_shapes:
+    op = operators.get("softmax")
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for index, rc in enumerate(register_cached_shapes(dtype)):
+            for shape in (s for s in SHAPES if rc.holds(s.n)):
+                run_checked(f"register_cached {rc.label()}",
+                            lambda t, i=index: torch.ops.lab_tune.register_cached_shape(t, i),
+                            op.make_inputs(shape, dtype, "cpu", 0)[0], dtype)
+                ran += 1
+    print(f"softmax register_cached tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        for index, cs in enumerate(cluster_shapes()):
+            if not cs.runs(dtype):
+                continue
+            n = 2 * cs.threads * cs.elems - 3 * pack  # whole packs: the rows stay 16-byte aligned
+            for persistent in (True, False):
+                run_checked(f"cluster {cs.label()} c2 persistent={persistent}",
+                            lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p),
+                            op.make_inputs(Shape(3, n), dtype, "cpu", 0)[0], dtype)
+                ran += 1
+    print(f"softmax cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
