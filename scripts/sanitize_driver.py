@@ -74,9 +74,12 @@ def run_checked(label: str, fn, case: torch.Tensor, dtype: torch.dtype) -> None:
     assert res.ok, (label, tuple(case.shape), res.summary())
 
 
+SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory a CTA may have on sm_90
+
 # The launch shapes compiled for tuning, which no variant's table may take today: register_cached's
 # (every one on the shapes above that it holds) and cluster's resident shapes (each on 3 rows split over
-# 2 CTAs, the last pack of each CTA's slice partly empty, on a persistent grid and one cluster per row).
+# 2 CTAs, the last pack of each CTA's slice partly empty, on a persistent grid and one cluster per row;
+# a shape whose staging exceeds a CTA's shared memory in a dtype is refused there, launching nothing).
 if "softmax" in wanted and not args.no_tuning_shapes:
     op = operators.get("softmax")
     ran = 0
@@ -92,8 +95,9 @@ if "softmax" in wanted and not args.no_tuning_shapes:
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         pack = 16 // torch.empty((), dtype=dtype).element_size()
         for index, cs in enumerate(cluster_shapes()):
-            if not cs.runs(dtype):
-                continue
+            smem = cs.stages * cs.threads * cs.elems * torch.empty((), dtype=dtype).element_size()
+            if not cs.runs(dtype) or smem > SMEM_PER_BLOCK:
+                continue  # compiled for 16-bit types only, or staging more than a CTA may have in this dtype
             n = 2 * cs.threads * cs.elems - 3 * pack  # whole packs: the rows stay 16-byte aligned
             for persistent in (True, False):
                 run_checked(f"cluster {cs.label()} c2 persistent={persistent}",
