@@ -64,16 +64,22 @@ struct RowShape {
 // float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
 // (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
-// 8 x 4 at N = 32 and 16 x 4 at N = 64 gained no more than that bias (+0.5, +1.1) and were not kept.
+// 8 x 4 at N = 32 and 16 x 4 at N = 64 gained no more than that bias (+0.5, +1.1) and were not kept then.
 // N = 2048 then went from 128 x 16 to 64 x 32, one row per 64-thread block, in both tables
 // (scripts/tune_register_cached.py --shape ..., results/h200/experiments/tune_register_cached_2048_d8fb958.txt,
 // interleaved rounds in one call): float32 4096x2048 101.2 -> 102.3% of a copy, 32768x2048 97.3 -> 97.9,
 // 131072x2048 98.5 -> 98.4 (32 x 64: 99.3), 65536x1536 99.8 -> 100.0; bfloat16 4096x2048 99.9 -> 100.9,
 // 32768x2048 98.3 -> 99.8, 131072x2048 100.3 -> 101.8, and rows the 2048 entry takes with 128 threads'
 // second packs partly past the end: 4096x1536 88.1 -> 95.0, 65536x1536 87.6 -> 99.6.
+// N = 32, 64 and 1024 then went to 8 x 4, 16 x 4 (one pack per thread) and 64 x 16 (one row per 64-thread
+// block): timed in interleaved rounds beside the table and the peers (scripts/tune_register_cached.py
+// --sweep fixed, results/h200/experiments/tune_register_cached_fixed_151ee42.txt; each round within
+// 0.3 us of the others), fixed 2097152x32 99.3 -> 100.1% of a copy (QuACK 100.4), 1048576x64 98.7 -> 99.6
+// (torch.compile 99.6), 65536x1024 97.9 -> 99.1 (128 x 8: 99.5, but 2.4% behind the table at the
+// tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
-    {32, 4, 8, false},     {64, 8, 8, false},       {128, 16, 8, false},     {256, 32, 8, false},
-    {512, 64, 8, false},   {1024, 32, 32, false},   {2048, 64, 32, false},   {4096, 256, 16, false},
+    {32, 8, 4, false},     {64, 16, 4, false},      {128, 16, 8, false},     {256, 32, 8, false},
+    {512, 64, 8, false},   {1024, 64, 16, false},   {2048, 64, 32, false},   {4096, 256, 16, false},
     {8192, 512, 16, false}, {16384, 1024, 16, true},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
