@@ -157,7 +157,8 @@ constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WA
 // about 48 for addresses, loop state and reductions. ptxas then has that many registers without
 // spilling. 16-bit types hold their elements packed, as the words they were loaded in (two per
 // register, see the header), and need about 32 more up to 32 elements (past that, holding 64 or 128
-// elements, ptxas spilled 132 to 824 bytes within 32 more and needs 48); float32 holds floats and asks for 48.
+// elements, ptxas spilled 132 to 824 bytes within 32 more and needs 48); float32 holds floats and asks for 48,
+// as do 16-bit elements held as floats (PACKED false, tuning shapes only).
 // Counted per scheduler: each of an SM's four holds a quarter of the register file (16384) and a
 // quarter of its warps, in steps of 8 registers per thread; counted per SM instead, 21 blocks of 64
 // threads left ptxas 40 registers (11 warps on some scheduler) where 48 were asked, and it spilled.
@@ -344,15 +345,16 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // Launch shapes compiled for scripts/tune_register_cached.py (torch.ops.lab_tune.register_cached_shape),
 // each on a grid of one block per row group: a group of threads_per_row threads holds a row of up to
 // threads_per_row x elems_per_thread elements, in blocks of `block` threads (block / threads_per_row
-// rows per block; a group of more than a warp is a whole block). The table of row lengths above keys
-// its shape by N alone and was tuned on the fixed sweep's many rows; these are the alternatives in
-// rows per block and elements per thread, for tensors whose row groups fill less than a wave or two
-// (the tutorial sweep's 4096 rows), where ncu found QuACK's kernel faster with four rows of 32
-// threads in each 128-thread CTA and 1024 CTAs in 0.78 of a wave, against 4096 blocks of 64 threads
-// here in 1.29 (bfloat16 4096x1024).
+// rows per block; a group of more than a warp is a whole block): the alternatives, in rows per block and
+// elements per thread, that the script times beside the table's own shape. They were added to test
+// whether the grid is what makes QuACK's kernel faster on the tutorial sweep's small tensors (ncu: four
+// rows of 32 threads in each of 1024 CTAs of 128, 0.78 of a wave, against 4096 blocks of 64 threads here
+// in 1.29 at bfloat16 4096x1024): it is not (QuACK's grid here, 32 x 32 in blocks of 128, was no faster
+// than the table's shape; results/h200/experiments/tune_register_cached_*). Their timings did move the
+// table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
-// else as floats (an exponential per element, not two; twice the registers), which the table's shapes
-// gave up for occupancy on many rows, and which a tensor of less than a wave does not need.
+// else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
+// as float32's): slower than packed at every length timed.
 struct BlockShape {
   int threads_per_row;
   int elems_per_thread;
