@@ -32,6 +32,62 @@ from lab.operators.softmax import SOFTMAX
 from lab.registry import Unavailable, variants
 
 
+def softmax_variants(names: list[str], asked: str, prog: str) -> dict:
+    """The softmax variants of the registry by name; exits naming any of `names` (parsed from the text
+    `asked`) that is not one, or `asked` if it names none."""
+    by_name = {v.name: v for v in variants() if v.op == "softmax"}
+    unknown = [n for n in names if n not in by_name]
+    if unknown or not names:
+        sys.exit(f"{prog}: no softmax variant named {', '.join(unknown) or repr(asked)}; "
+                 "see python -m lab.test --list")
+    return by_name
+
+
+def kernels_of(names: list[str], by_name: dict) -> tuple[dict, dict[str, str]]:
+    """The kernel of each named variant (auto's routes: the committed dispatch table), and why each
+    one that cannot run here cannot."""
+    kernels, unavailable = {}, {}
+    for n in names:
+        try:
+            kernels[n] = by_name[n].kernel()
+        except Unavailable as e:
+            unavailable[n] = str(e)
+    return kernels, unavailable
+
+
+def checked_calls(kernels: dict, by_name: dict, x: torch.Tensor, ref: torch.Tensor) -> tuple[dict, dict, dict]:
+    """Per variant that takes x, the call to time (into an output it is given, where the variant writes
+    one), once its result matched ref; and, by name, why the others were skipped or what their check found."""
+    fns, skipped, failed = {}, {}, {}
+    shape = inputs.Shape.of(x)
+    for n, k in kernels.items():
+        v = by_name[n]
+        if reason := v.skip_reason(shape, x.dtype):
+            skipped[n] = reason
+            continue
+        c = check.check(k, x, v.writes_out, ref)  # correct before timed
+        if not c.ok:
+            failed[n] = c.summary()
+            continue
+        if v.writes_out:  # the kernel writes into an output it is given
+            out = torch.empty_like(ref, dtype=x.dtype)
+            fns[n] = lambda k=k, out=out: k(x, out)
+        else:
+            fns[n] = lambda k=k: k(x)
+    return fns, skipped, failed
+
+
+def interleaved_rounds(fns: dict, flush: torch.Tensor, rounds: int, reps: int) -> dict[str, list[float]]:
+    """Each call's median per round (us), the calls taken in turn every round, the order rotated by one
+    each round so that none always runs first."""
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for n in order[r % len(order):] + order[:r % len(order)]:
+            times[n].append(timed_round(fns[n], flush, reps))
+    return times
+
+
 def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
     """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us)."""
     for _ in range(max(3, reps // 10)):  # warm-up
@@ -58,47 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     if not flushes or min(flushes) < 1:
         sys.exit("interleave: each --flush-mb must be at least 1")
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    by_name = {v.name: v for v in variants() if v.op == "softmax"}
-    unknown = [n for n in names if n not in by_name]
-    if unknown or not names:
-        sys.exit(f"interleave: no softmax variant named {', '.join(unknown) or repr(args.variants)}; "
-                 "see python -m lab.test --list")
+    by_name = softmax_variants(names, args.variants, "interleave")
     if not torch.cuda.is_available():
         sys.exit("interleave: needs a CUDA GPU")
     dtype = getattr(torch, args.dtype)
-    kernels = {}
-    for n in names:
-        try:
-            kernels[n] = by_name[n].kernel()  # auto's routes: the committed dispatch table
-        except Unavailable as e:
-            print(f"{n}: skipped ({e})")
+    kernels, unavailable = kernels_of(names, by_name)
+    for n, reason in unavailable.items():
+        print(f"{n}: skipped ({reason})")
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.rounds} rounds of {args.reps} calls; times in us")
     for mb in flushes:
         flush, _ = bench.flush_buffer(mb)
         for shape in args.shape:
             x = inputs.make_input(shape, dtype, "cuda")
             ref = SOFTMAX.reference(x)
-            fns = {}
-            for n, k in kernels.items():
-                if reason := by_name[n].skip_reason(shape, dtype):
-                    print(f"flush {mb:5d} MB  {shape.label}  {n:24s} skipped ({reason})")
-                    continue
-                c = check.check(k, x, by_name[n].writes_out, ref)  # correct before timed
-                if not c.ok:
-                    print(f"flush {mb:5d} MB  {shape.label}  {n:24s} FAILED the check, not timed: {c.summary()}")
-                    continue
-                if by_name[n].writes_out:  # the kernel writes into an output it is given
-                    out = torch.empty_like(ref, dtype=dtype)
-                    fns[n] = lambda k=k, x=x, out=out: k(x, out)
-                else:
-                    fns[n] = lambda k=k, x=x: k(x)
-            rounds: dict[str, list[float]] = {n: [] for n in fns}
-            order = list(fns)
-            for r in range(args.rounds):
-                turn = order[r % len(order):] + order[:r % len(order)]
-                for n in turn:
-                    rounds[n].append(timed_round(fns[n], flush, args.reps))
-            for n in order:
+            fns, skipped, failed = checked_calls(kernels, by_name, x, ref)
+            for n, reason in skipped.items():
+                print(f"flush {mb:5d} MB  {shape.label}  {n:24s} skipped ({reason})")
+            for n, summary in failed.items():
+                print(f"flush {mb:5d} MB  {shape.label}  {n:24s} FAILED the check, not timed: {summary}")
+            rounds = interleaved_rounds(fns, flush, args.rounds, args.reps)
+            for n in fns:
                 t = rounds[n]
                 print(f"flush {mb:5d} MB  {shape.label}  {n:24s} median {statistics.median(t):7.2f}  "
                       f"rounds {min(t):7.2f}-{max(t):7.2f}  host {bench.host_us(fns[n]):6.1f}")

@@ -24,12 +24,12 @@ import sys
 import time
 
 import torch
-from interleave import timed_round
+from interleave import checked_calls, interleaved_rounds, kernels_of, softmax_variants
 
 from lab import bench, check, dispatch, inputs
 from lab.backends.cuda_variants import load_extension, register_cached_shapes
 from lab.operators.softmax import SOFTMAX
-from lab.registry import Unavailable, dtype_name, variants
+from lab.registry import dtype_name
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 COPY = "copy"
@@ -37,8 +37,9 @@ TABLE = "register_cached table"
 TABLE_PERSISTENT = "register_cached table, persistent"
 
 
-def configs(x: torch.Tensor, names: list[str]) -> tuple[dict, dict]:
-    """The functions to time at x, by label, and why any asked-for variant was left out."""
+def shape_calls(x: torch.Tensor) -> dict:
+    """The copy, the table's choice on both grids and every tuning shape that holds x's rows in less
+    than twice their length, by label: the calls to time at x."""
     n = x.shape[1]
     out = torch.empty_like(x)
     fns = {COPY: lambda: out.copy_(x)}
@@ -47,47 +48,31 @@ def configs(x: torch.Tensor, names: list[str]) -> tuple[dict, dict]:
     for i, s in enumerate(register_cached_shapes(x.dtype)):
         if s.holds(n) and s.threads * s.elems < 2 * n:
             fns[s.label()] = lambda i=i: torch.ops.lab_tune.register_cached_shape(x, i)
-    skipped = {}
-    by_name = {v.name: v for v in variants() if v.op == "softmax"}
-    for name in names:
-        v = by_name.get(name)
-        if v is None:
-            sys.exit(f"tune_register_cached: no softmax variant named {name}; see python -m lab.test --list")
-        reason = v.skip_reason(inputs.Shape.of(x), x.dtype) or v.availability()
-        if reason:
-            skipped[name] = reason
-            continue
-        try:
-            kernel = v.kernel()
-        except Unavailable as e:
-            skipped[name] = str(e)
-            continue
-        fns[name] = lambda kernel=kernel: kernel(x)
-    return fns, skipped
+    return fns
 
 
-def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: list[str], rounds: int,
-                  reps: int, flush: torch.Tensor) -> dict:
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: list[str], by_name: dict,
+                  rounds: int, reps: int, flush: torch.Tensor) -> dict:
+    """Every call at one point, each checked against float64 first (the copy excepted), then all timed
+    in interleaved rounds."""
     x = inputs.make_input(shape, dtype, "cuda")
     ref = SOFTMAX.reference(x)
-    fns, skipped = configs(x, names)
-    row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "skipped": skipped,
-           "wrong": {}, "us": {}, "auto_choice": list(torch.ops.lab_tune.auto_choice(shape.m, shape.n, dtype)),
-           "lab_choice": dispatch.lab_choice(shape.m, shape.n, dtype)}
+    fns = shape_calls(x)
+    wrong = {}
     for label in [k for k in fns if k != COPY]:
         res = check.check(lambda t, f=fns[label]: f(), x, False, ref)
         if not res.ok:
-            row["wrong"][label] = res.summary()
+            wrong[label] = res.summary()
             del fns[label]
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns)
-    for r in range(rounds):
-        k = r % len(order)
-        for label in order[k:] + order[:k]:
-            times[label].append(timed_round(fns[label], flush, reps))
-    row["us"] = {k: statistics.median(v) for k, v in times.items()}
-    row["rounds_us"] = times
-    return row
+    kernels, skipped = kernels_of(names, by_name)
+    variant_fns, shape_skipped, failed = checked_calls(kernels, by_name, x, ref)
+    fns.update(variant_fns)
+    times = interleaved_rounds(fns, flush, rounds, reps)
+    return {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n,
+            "skipped": {**skipped, **shape_skipped}, "wrong": {**wrong, **failed},
+            "auto_choice": list(torch.ops.lab_tune.auto_choice(shape.m, shape.n, dtype)),
+            "lab_choice": dispatch.lab_choice(shape.m, shape.n, dtype),
+            "us": {k: statistics.median(v) for k, v in times.items()}, "rounds_us": times}
 
 
 def summary(row: dict) -> str:
@@ -126,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("tune_register_cached: needs a CUDA GPU")
     load_extension()
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    by_name = softmax_variants(names, args.variants, "tune_register_cached")
     flush, _ = bench.flush_buffer(bench.FLUSH_MB)
     records = []
     start = time.perf_counter()
@@ -135,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         asked = [("asked", s) for s in args.shape or []]
         swept = [(sweep, s) for sweep in args.sweep or ["tutorial"] for s in inputs.SWEEPS[sweep] if s.n <= args.max_n]
         for sweep, shape in asked or swept:
-            row = measure_point(sweep, shape, dtype, names, args.rounds, args.reps, flush)
+            row = measure_point(sweep, shape, dtype, names, by_name, args.rounds, args.reps, flush)
             records.append(row)
             print(summary(row), flush=True)
             if args.json:
