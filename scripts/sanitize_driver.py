@@ -47,6 +47,18 @@ parser.add_argument("--no-tuning-shapes", action="store_true",
                     help="skip the launch shapes compiled for tuning (torch.ops.lab_tune.*)")
 args = parser.parse_args()
 wanted = args.op or list(CUDA_OPS)
+
+
+def run_checked(op, label: str, fn, shape: Shape, dtype: torch.dtype) -> None:
+    """fn on the GPU copy of op's inputs of that shape, its result checked on the CPU against op's float64
+    reference."""
+    case = op.make_inputs(shape, dtype, "cpu", 0)
+    y = fn(*(to_gpu(t) for t in case)).cpu()
+    res = check.compare(y, op.reference(*case), dtype, None, op.tolerances,
+                        op.error_scale(*case) if op.error_scale else None)
+    assert res.ok, (label, op.name, shape, res.summary())
+
+
 for op_name, variants in CUDA_OPS.items():
     if op_name not in wanted:
         continue
@@ -57,21 +69,9 @@ for op_name, variants in CUDA_OPS.items():
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             # Its limits (row length, per-shape reasons) may depend on the dtype: filter per dtype.
             for shape in (s for s in CASES[op_name] if variant.skip_reason(s, dtype) is None):
-                case = op.make_inputs(shape, dtype, "cpu", 0)
-                y = kernel(*(to_gpu(t) for t in case)).cpu()
-                res = check.compare(y, op.reference(*case), dtype, None, op.tolerances,
-                                    op.error_scale(*case) if op.error_scale else None)
-                assert res.ok, (variant.name, op_name, shape, res.summary())
+                run_checked(op, variant.name, kernel, shape, dtype)
                 ran += 1
         print(f"{op_name} {variant.name}: ran {ran} shape and dtype cases", flush=True)
-
-
-def run_checked(label: str, fn, case: torch.Tensor, dtype: torch.dtype) -> None:
-    """fn on the GPU copy of case, checked on the CPU against softmax's float64 reference."""
-    op = operators.get("softmax")
-    y = fn(to_gpu(case)).cpu()
-    res = check.compare(y, op.reference(case), dtype, None, op.tolerances)
-    assert res.ok, (label, tuple(case.shape), res.summary())
 
 
 SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory a CTA may have on sm_90
@@ -86,22 +86,21 @@ if "softmax" in wanted and not args.no_tuning_shapes:
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for index, rc in enumerate(register_cached_shapes(dtype)):
             for shape in (s for s in SHAPES if rc.holds(s.n)):
-                run_checked(f"register_cached {rc.label()}",
-                            lambda t, i=index: torch.ops.lab_tune.register_cached_shape(t, i),
-                            op.make_inputs(shape, dtype, "cpu", 0)[0], dtype)
+                run_checked(op, f"register_cached {rc.label()}",
+                            lambda t, i=index: torch.ops.lab_tune.register_cached_shape(t, i), shape, dtype)
                 ran += 1
     print(f"softmax register_cached tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        size = torch.empty((), dtype=dtype).element_size()
+        pack = 16 // size
         for index, cs in enumerate(cluster_shapes()):
-            smem = cs.stages * cs.threads * cs.elems * torch.empty((), dtype=dtype).element_size()
+            smem = cs.stages * cs.threads * cs.elems * size
             if not cs.runs(dtype) or smem > SMEM_PER_BLOCK:
                 continue  # compiled for 16-bit types only, or staging more than a CTA may have in this dtype
             n = 2 * cs.threads * cs.elems - 3 * pack  # whole packs: the rows stay 16-byte aligned
             for persistent in (True, False):
-                run_checked(f"cluster {cs.label()} c2 persistent={persistent}",
-                            lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p),
-                            op.make_inputs(Shape(3, n), dtype, "cpu", 0)[0], dtype)
+                run_checked(op, f"cluster {cs.label()} c2 persistent={persistent}",
+                            lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p), Shape(3, n), dtype)
                 ran += 1
     print(f"softmax cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
