@@ -126,13 +126,15 @@ static_assert(kMaxCols == kRowShapes16[kShapes - 1].max_cols, "the same limit in
 // elements unread), in whole 16-byte packs of its dtype, with a power-of-two group (the xor
 // reductions) of at most a block; lengths in increasing order (the first entry that covers a row
 // takes it).
+// A group the xor reductions can take: a power of two of at most a block's 1024 threads.
+constexpr bool power_of_two_group(int threads) {
+  return threads >= 1 && threads <= 1024 && (threads & (threads - 1)) == 0;
+}
 constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
   for (int i = 0; i < kShapes; ++i) {
     const RowShape& s = table[i];
     if (int64_t{s.threads_per_row} * s.elems_per_thread < s.max_cols || s.elems_per_thread % pack != 0) return false;
-    if (s.threads_per_row < 1 || s.threads_per_row > 1024 || (s.threads_per_row & (s.threads_per_row - 1)) != 0) {
-      return false;
-    }
+    if (!power_of_two_group(s.threads_per_row)) return false;
     if (i > 0 && table[i - 1].max_cols >= s.max_cols) return false;
   }
   return true;
@@ -400,11 +402,10 @@ constexpr int kTuneCount = sizeof(tune_shapes<T>()) / sizeof(BlockShape);
 // Whole packs, a power-of-two group of at most a warp in blocks of whole groups, or a group that is
 // the whole block.
 constexpr bool block_shape_holds(const BlockShape& s, int pack) {
-  const bool pow2 = s.threads_per_row >= 1 && (s.threads_per_row & (s.threads_per_row - 1)) == 0;
   const bool warp_group = s.threads_per_row <= kWarpSize && s.block % s.threads_per_row == 0 &&
                           s.block % kWarpSize == 0 && s.block <= 1024;
-  const bool block_group = s.threads_per_row > kWarpSize && s.block == s.threads_per_row && s.block <= 1024;
-  return pow2 && s.elems_per_thread % pack == 0 && (warp_group || block_group);
+  const bool block_group = s.threads_per_row > kWarpSize && s.block == s.threads_per_row;
+  return power_of_two_group(s.threads_per_row) && s.elems_per_thread % pack == 0 && (warp_group || block_group);
 }
 template <size_t COUNT>
 constexpr bool block_shapes_hold(const BlockShape (&shapes)[COUNT], int pack) {
