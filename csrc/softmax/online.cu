@@ -9,9 +9,12 @@
 // thread rounded up to a power of two in [32, 512].
 // Limits: any rows, 1 <= cols <= 2^31 - 1, any row strides; 64-bit row offsets.
 // Where it is slow (H200, fixed sweep): medium rows, e.g. N = 1024 at 68-73% of its 2R+1W ceiling.
-// A 1024-element row gives each of its threads one or two 16-byte loads before a block-wide merge
-// with three barriers, so few bytes are in flight per SM (inferred from the launch shape, not
-// profiled). Long rows, where each thread streams many packs, reach 93-97% (N >= 65536).
+// A 1024-element row gives each of its threads one or two 16-byte loads before a block-wide merge,
+// so few bytes are in flight per SM (inferred from the launch shape, not profiled). Long rows, where
+// each thread streams many packs, reach 93-97% (N >= 65536). Those figures are from the merge with
+// three barriers; with one (BlockAllReduce now), interleaved timings on the H200 moved by -4% to +6%
+// (results/h200/experiments/ab_one_barrier_reduce.txt: slower at bfloat16 16384x4096 and 4096x4096,
+// faster at 65536x1024; not profiled).
 #include <cstdint>
 
 #include "lab/check.cuh"
@@ -33,13 +36,14 @@ __global__ void __launch_bounds__(THREADS, kMinResidentBlocks<THREADS>)
                           int64_t y_stride) {
   using Reduce = BlockAllReduce<MaxSum, THREADS>;
   __shared__ typename Reduce::Storage storage;
+  Reduce reduce(storage);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * x_stride;
     T* yr = y + row * y_stride;
 
     MaxSum s = MaxSumMerge::identity();
     row_for_each<THREADS, kOnlineUnroll>(xr, cols, [&](const auto& v) { s = absorb(s, v); });
-    s = Reduce::run(s, MaxSumMerge{}, storage);
+    s = reduce(s, MaxSumMerge{});
 
     const float m = s.m;
     const float inv_d = 1.0f / s.d;

@@ -194,12 +194,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
   using Reduce = BlockAllReduce<float, kBlock>;
   __shared__ typename Reduce::Storage storage;  // block groups only (a few words)
+  Reduce reduce(storage);
 
   // Every lane of a group (and, for warp groups, of the warp) takes part in the reductions, also
   // where its row is past the end: the loop bound is the same for the whole block.
   const auto allreduce = [&](float v, auto op) {
     if constexpr (kWholeBlock) {
-      return Reduce::run(v, op, storage);
+      return reduce(v, op);
     } else {
       return warp_allreduce<THREADS_PER_ROW>(v, op);
     }

@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(THREADS, kMinResidentBlocks<THREADS>)
                                int64_t x_stride, int64_t y_stride) {
   using Reduce = BlockReduce<float, THREADS>;
   __shared__ typename Reduce::Storage storage;
+  Reduce reduce(storage);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * x_stride;
     T* yr = y + row * y_stride;
@@ -43,14 +44,14 @@ __global__ void __launch_bounds__(THREADS, kMinResidentBlocks<THREADS>)
 #pragma unroll
       for (float e : v) m = fmaxf(m, e);
     });
-    m = Reduce::run(m, MaxOp{}, storage);
+    m = reduce(m, MaxOp{});
 
     float d = 0.0f;
     row_for_each<THREADS, kThreeSweepUnroll>(xr, cols, [&](const auto& v) {
 #pragma unroll
       for (float e : v) d += fast_exp(e - m);
     });
-    d = Reduce::run(d, SumOp{}, storage);
+    d = reduce(d, SumOp{});
 
     const float inv_d = 1.0f / d;
     row_transform<THREADS, kThreeSweepUnroll>(xr, yr, cols, [&](float e) { return fast_exp(e - m) * inv_d; });

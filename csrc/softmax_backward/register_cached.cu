@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
   constexpr int kRowsPerBlock = kBlock / TPR;
   using Reduce = BlockAllReduce<float, kBlock>;
   __shared__ typename Reduce::Storage storage;  // block groups only
+  Reduce reduce(storage);
   const int lane = threadIdx.x % TPR;
   for (int64_t first = int64_t{blockIdx.x} * kRowsPerBlock; first < rows; first += int64_t{gridDim.x} * kRowsPerBlock) {
     const int64_t row = first + threadIdx.x / TPR;
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
     }
     // Every lane of the group (and of the block, for block groups) reduces, also past the last row.
     if constexpr (TPR > kWarpSize) {
-      s = Reduce::run(s, SumOp{}, storage);
+      s = reduce(s, SumOp{});
     } else {
       s = warp_allreduce<TPR>(s, SumOp{});
     }

@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks<THREADS>)
   constexpr int K = kPack<T>;
   using Reduce = BlockAllReduce<float, THREADS>;
   __shared__ typename Reduce::Storage storage;
+  Reduce reduce(storage);
   const int tid = threadIdx.x;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* yr = y + row * y_stride;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(THREADS, kMinBlocks<THREADS>)
       for (int j = 0; j < K; ++j) s += to_float(b.v[j]) * to_float(a.v[j]);
     }
     for (int i = head + packs * K + tid; i < cols; i += THREADS) s += to_float(dyr[i]) * to_float(yr[i]);
-    s = Reduce::run(s, SumOp{}, storage);
+    s = reduce(s, SumOp{});
 
     for (int i = tid; i < head; i += THREADS) dxr[i] = from_float<T>(to_float(yr[i]) * (to_float(dyr[i]) - s));
     Pack<T>* px = reinterpret_cast<Pack<T>*>(dxr + head);

@@ -133,63 +133,82 @@ __device__ __forceinline__ V warp_allreduce(V v, Op op) {
   return v;
 }
 
-// Two-level block all-reduce: xor shuffles inside each warp, one partial per warp in shared
-// memory, then the first warp reduces the partials with shuffles too. Two barriers per call
-// (three with the one that protects the storage from the previous call's readers).
+// The smallest power of two >= n (n >= 1).
+constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2); }
+
+// Two-level block all-reduce, one barrier per call: xor shuffles inside each warp, lane 0 of each
+// warp stores the warp's partial, one barrier, then every warp reads all the partials and reduces
+// them with xor shuffles. Every lane of the block ends with the same bits: each lane combines the
+// same operands in the same order (the ops are commutative), so no broadcast step is needed.
+// The partials alternate between two halves of the storage, call by call: a thread writes half p
+// again two calls later, after the barrier of the call between, and no thread reaches that barrier
+// before it has read half p. So no barrier guards the storage from the previous call's readers (the
+// version this replaced took three per call: guard, partials, and the first warp's total).
+// An object made once per kernel, before the row loop (it keeps the half for the next call); every
+// thread of the block makes the same sequence of calls.
 template <typename V, int THREADS>
-struct BlockAllReduce {
+class BlockAllReduce {
+ public:
   static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
   static constexpr int kWarps = THREADS / kWarpSize;
+  // Lanes i and i + kWidth read the same partial: each group of kWidth lanes reduces all of them.
+  static constexpr int kWidth = pow2_ceil(kWarps);
   struct Storage {
-    V partial[kWarps];
-    V total;
+    V partial[2][kWarps];
   };
 
+  __device__ __forceinline__ explicit BlockAllReduce(Storage& s) : s_(s) {}
+
   template <typename Op>
-  __device__ __forceinline__ static V run(V v, Op op, Storage& s) {
+  __device__ __forceinline__ V operator()(V v, Op op) {
     v = warp_allreduce(v, op);
     if constexpr (kWarps == 1) {
       return v;
     } else {
+      V* partial = s_.partial[half_];
+      half_ ^= 1;
       const int lane = threadIdx.x % kWarpSize;
-      const int warp = threadIdx.x / kWarpSize;
-      __syncthreads();  // every thread has read the previous call's `total`
-      if (lane == 0) s.partial[warp] = v;
+      if (lane == 0) partial[threadIdx.x / kWarpSize] = v;
       __syncthreads();
-      if (warp == 0) {
-        V w = lane < kWarps ? s.partial[lane] : Op::identity();
-        w = warp_allreduce(w, op);
-        if (lane == 0) s.total = w;
-      }
-      __syncthreads();
-      return s.total;
+      const int i = lane % kWidth;
+      return warp_allreduce<kWidth>(i < kWarps ? partial[i] : Op::identity(), op);
     }
   }
+
+ private:
+  Storage& s_;
+  int half_ = 0;
 };
 
 // The classic shared-memory tree: one slot per thread, halve the active threads each step with a
 // barrier between steps (log2(THREADS) barriers). Kept as the teaching baseline of three_pass;
-// BlockAllReduce does the same work with two barriers.
+// BlockAllReduce does the same work with one barrier. The same interface as BlockAllReduce.
 template <typename V, int THREADS>
-struct SharedTreeAllReduce {
+class SharedTreeAllReduce {
+ public:
   static_assert((THREADS & (THREADS - 1)) == 0, "the tree halves THREADS: it must be a power of two");
   struct Storage {
     V slot[THREADS];
   };
 
+  __device__ __forceinline__ explicit SharedTreeAllReduce(Storage& s) : s_(s) {}
+
   template <typename Op>
-  __device__ __forceinline__ static V run(V v, Op op, Storage& s) {
+  __device__ __forceinline__ V operator()(V v, Op op) {
     const int tid = threadIdx.x;
     __syncthreads();  // every thread has read the previous call's slot[0]
-    s.slot[tid] = v;
+    s_.slot[tid] = v;
     __syncthreads();
 #pragma unroll
     for (int stride = THREADS / 2; stride > 0; stride /= 2) {
-      if (tid < stride) s.slot[tid] = op(s.slot[tid], s.slot[tid + stride]);
+      if (tid < stride) s_.slot[tid] = op(s_.slot[tid], s_.slot[tid + stride]);
       __syncthreads();
     }
-    return s.slot[0];
+    return s_.slot[0];
   }
+
+ private:
+  Storage& s_;
 };
 
 }  // namespace lab
