@@ -50,6 +50,7 @@
 #include <cooperative_groups.h>
 #include <math_constants.h>
 
+#include "lab/async_copy.cuh"
 #include "lab/check.cuh"
 #include "lab/tune.h"
 #include "lab/dispatch.cuh"
@@ -207,20 +208,6 @@ constexpr bool plan_fits(const PlanEntry (&plan)[N], bool sixteen_bit) {
 }
 static_assert(plan_fits(kPlan32, false) && plan_fits(kPlan16, true),
               "a plan entry's slice exceeds its shape's registers, or float32 names a packed shape");
-
-// --- cp.async: 16-byte global -> shared copies that complete asynchronously ----------------------
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  // Copies src_bytes (<= 16) and zero-fills the rest of the 16 bytes: the tail pack of a row
-  // never reads past the row. .cg: cached in L2 only, the data is used once.
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-}
 
 // The value of v, which the compiler may not assume it knows: conditions on it are evaluated where
 // they are used instead of being hoisted out of the row loop and kept live in registers.

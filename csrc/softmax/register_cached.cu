@@ -3,7 +3,8 @@
 // Algorithm: a group of THREADS_PER_ROW threads owns a row: 2 to 32 lanes of a warp for short
 // rows (several rows per warp, so no lane idles), a whole block of 64 to 1024 threads for medium
 // rows. Each thread loads its 8, 16 or 32 elements of the row as 16-byte packs, all loads in flight
-// before the first use, and keeps them in registers: float32 as floats; float16 and bfloat16
+// before the first use (16-bit rows of up to 2048 elements: cp.async copies to shared memory, then
+// read back; the table's `staged`), and keeps them in registers: float32 as floats; float16 and bfloat16
 // packed, as the words they were loaded in (two elements per register, so 32 elements take 16
 // registers and a thread can keep 64 bytes in flight at 64 registers). The row max and the sum of
 // exp are then reduced from those registers (16-bit: the max pairwise in 16 bits, the exp-sum
@@ -38,6 +39,7 @@
 
 #include <math_constants.h>
 
+#include "lab/async_copy.cuh"
 #include "lab/check.cuh"
 #include "lab/dispatch.cuh"
 #include "lab/launch.h"
@@ -60,6 +62,7 @@ struct RowShape {
   int threads_per_row;
   int elems_per_thread;
   bool persistent;
+  bool staged;  // whole packs copied to shared memory by cp.async, then read (one block per row group only)
 };
 // float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
@@ -78,9 +81,10 @@ struct RowShape {
 // (torch.compile 99.6), 65536x1024 97.9 -> 99.1 (128 x 8: 99.5, but 2.4% behind the table at the
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
-    {32, 8, 4, false},     {64, 16, 4, false},      {128, 16, 8, false},     {256, 32, 8, false},
-    {512, 64, 8, false},   {1024, 64, 16, false},   {2048, 64, 32, false},   {4096, 256, 16, false},
-    {8192, 512, 16, false}, {16384, 1024, 16, true},
+    {32, 8, 4, false, false},     {64, 16, 4, false, false},      {128, 16, 8, false, false},
+    {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false},
+    {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
+    {16384, 1024, 16, true, false},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
 // threads. With float32's shapes a 16-bit thread loads half the bytes: ncu on the H200 found the
@@ -110,10 +114,17 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // fixed 65536x1024 97.0/97.0/97.2% -> 100.1/100.0/100.1 (results/h200/ab_register_cached_short.txt,
 // three passes a side in one call, where shapes left unchanged read about 0.5 higher on the B side);
 // 8 elements per thread at N = 64 and 128 (8 and 16 threads, QuACK's split) were level there.
+// Rows up to 2048 elements then went through shared memory (staged: cp.async copies of the whole
+// packs, then read back), as QuACK's kernel loads them: in one device call, interleaved rounds beside
+// QuACK on the same machine before (twice, around) and after (results/h200/experiments/ab_staged_ff15820.txt),
+// register_cached's time relative to QuACK's fell by 2.7% at bfloat16 4096x128, 1.0 at 4096x512 and
+// 1.1 at 4096x1024, 0.6 at 1048576x64, 0.5 at 4096x2048, level at 524288x128 and 65536x1024; it rose
+// by 1.3% at 4096x4096, which stays as it was. float32 was level or slower (4096x1024: +0.7%).
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false},     {64, 4, 16, false},      {128, 8, 16, false},     {256, 16, 16, false},
-    {512, 32, 16, false},   {1024, 64, 16, false},   {2048, 64, 32, false},   {4096, 128, 32, false},
-    {8192, 256, 32, false}, {16384, 512, 32, false},
+    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true},
+    {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true},
+    {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
+    {16384, 512, 32, false, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
 static_assert(kShapes == sizeof(kRowShapes16) / sizeof(RowShape), "one row shape per length in each table");
@@ -151,6 +162,19 @@ constexpr int kWarpGroupBlock = 128;
 constexpr int kSmallWarpGroupBlock = 64;
 constexpr int kMinBlocksPerSm = 2;
 
+// A staged shape runs on a grid of one block per row group, and its block's copies (the row data of
+// its largest block, kWarpGroupBlock threads or the group) fit in kMaxStagedBytes of static shared memory.
+constexpr int kMaxStagedBytes = 32 * 1024;
+constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
+  for (const RowShape& s : table) {
+    const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
+    if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
+  }
+  return true;
+}
+static_assert(staging_fits(kRowShapes32, 4) && staging_fits(kRowShapes16, 2),
+              "a staged row shape is persistent or its copies exceed kMaxStagedBytes");
+
 template <int THREADS_PER_ROW, int WARP_GROUP_BLOCK = kWarpGroupBlock>
 constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WARP_GROUP_BLOCK;
 
@@ -180,7 +204,11 @@ constexpr int kMinBlocks = std::max(
 // block strides over groups only past the grid's limit), which loads each group straight into
 // the fragment and keeps no registers for a next one.
 // PACKED: 16-bit elements held as loaded, two per register (float32: false).
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
+// STAGED (one block per row group only): the group's whole packs are copied to shared memory by
+// cp.async, all issued before the first is waited for, then read from there into the fragment. Each
+// thread reads back only its own copies, so no barrier is needed.
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
+          bool STAGED = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
@@ -194,6 +222,10 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
   using Reduce = BlockAllReduce<float, kBlock>;
   __shared__ typename Reduce::Storage storage;  // block groups only (a few words)
+  static_assert(!(STAGED && PERSISTENT), "the persistent grid loads the next rows into registers instead");
+  static_assert(!STAGED || PACKS * kBlock * kVecBytes <= kMaxStagedBytes, "staged copies past kMaxStagedBytes");
+  // Pack k of thread t at stage[k][t]: a warp's reads of pack k are 512 consecutive bytes.
+  __shared__ uint4 stage[STAGED ? PACKS : 1][STAGED ? kBlock : 1];
   Reduce reduce(storage);
 
   // Every lane of a group (and, for warp groups, of the warp) takes part in the reductions, also
@@ -217,24 +249,28 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   const auto wide_pack = [&](int64_t row, int k) {
     return row < rows && is_aligned(x + row * x_stride) && (lane + k * THREADS_PER_ROW + 1) * K <= cols;
   };
-  const auto load_pack = [&](int64_t row, int k) {
-    return reinterpret_cast<const Pack<T>*>(x + row * x_stride)[lane + k * THREADS_PER_ROW];
+  const auto pack_at = [&](int64_t row, int k) {
+    return reinterpret_cast<const Pack<T>*>(x + row * x_stride) + lane + k * THREADS_PER_ROW;
   };
   Pack<T> next[PERSISTENT ? PACKS : 1];
   const auto prefetch = [&](int64_t row) {
     if constexpr (PERSISTENT) {
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
-        if (wide_pack(row, k)) next[k] = load_pack(row, k);
+        if (wide_pack(row, k)) next[k] = *pack_at(row, k);
       }
     }
   };
-  // This row's pack k, whole and aligned (wide_pack): from `next`, or from global memory.
+  // This row's pack k, whole and aligned (wide_pack): from `next`, the stage, or global memory.
   const auto wide = [&](int64_t row, int k) {
     if constexpr (PERSISTENT) {
       return next[k];
+    } else if constexpr (STAGED) {
+      Pack<T> pk;
+      memcpy(&pk, &stage[k][threadIdx.x], sizeof(pk));
+      return pk;
     } else {
-      return load_pack(row, k);
+      return *pack_at(row, k);
     }
   };
   prefetch(int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / THREADS_PER_ROW);
@@ -243,6 +279,14 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     const bool valid = row < rows;
     const T* xr = x + (valid ? row : 0) * x_stride;
 
+    if constexpr (STAGED) {
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        if (wide_pack(row, k)) cp_async_16_ca(&stage[k][threadIdx.x], pack_at(row, k));
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
     // Elements past the row (or of no row) are -inf, which leaves the max as it is and adds
     // exp(-inf) = 0 to the sum.
     Fragment v;
@@ -339,7 +383,7 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
     constexpr RowShape s = kRowShapes<T>[I];
     if (cols <= s.max_cols) {
       return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
-               s.persistent);
+               s.persistent, std::bool_constant<s.staged>{});
     }
     return dispatch_row_shape<T, I + 1>(cols, f);
   }
@@ -420,10 +464,11 @@ static_assert(block_shapes_hold(kTuneShapes32, 4) && block_shapes_hold(kTuneShap
 
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
+          bool STAGED = false>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
-  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED>;
+  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -438,10 +483,12 @@ cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+// A staged shape is staged on a grid of one block per row group; forced onto the persistent grid
+// (softmax_register_cached_with), it loads into registers as every persistent kernel does.
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool STAGED>
 cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t stream) {
   return persistent ? launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, true>(a, sms, stream)
-                    : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false>(a, sms, stream);
+                    : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false, kPacked<T>, STAGED>(a, sms, stream);
 }
 
 // Calls f(threads-per-row, elements-per-thread, block constants) for T's tuning shape `index`.
@@ -501,17 +548,17 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept, bool table_persistent) {
+    return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept, bool table_persistent, auto staged) {
       const bool persistent_grid = persistent < 0 ? table_persistent : persistent != 0;
       constexpr int kThreadsPerRow = decltype(tpr)::value;
       constexpr int kElems = decltype(ept)::value;
       if constexpr (kThreadsPerRow <= kWarpSize) {
         constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
         if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
-          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock>(a, sms, persistent_grid, stream);
+          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, staged>(a, sms, persistent_grid, stream);
         }
       }
-      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>>(a, sms, persistent_grid, stream);
+      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, staged>(a, sms, persistent_grid, stream);
     });
   });
 }

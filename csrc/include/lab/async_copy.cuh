@@ -1,0 +1,28 @@
+// cp.async (sm_80+): 16-byte global -> shared copies that complete asynchronously, without passing
+// through registers; a thread waits for its own copies with cp_async_wait (no barrier needed to read
+// back what it copied itself).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace lab {
+
+// Copies src_bytes (<= 16) and zero-fills the rest of the 16 bytes: a row's tail pack never reads
+// past the row. .cg: cached in L2 only, for data used once.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+}
+// A whole 16-byte pack, .ca (cached in L1 and L2: cp.async's default, as QuACK's softmax copies).
+__device__ __forceinline__ void cp_async_16_ca(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most PENDING of this thread's committed groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+}  // namespace lab
