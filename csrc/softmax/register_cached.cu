@@ -399,6 +399,8 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // in 1.29 at bfloat16 4096x1024): it is not (QuACK's grid here, 32 x 32 in blocks of 128, was no faster
 // than the table's shape; results/h200/experiments/tune_register_cached_*). Their timings did move the
 // table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
+// A tuning shape loads straight into registers: where the table stages a shape (16-bit rows up to
+// 2048), the table's timing and its tuning twin's differ by the staging as well.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
 // as float32's): slower than packed at every length timed.
