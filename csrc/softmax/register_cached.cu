@@ -117,9 +117,11 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // Rows up to 2048 elements then went through shared memory (staged: cp.async copies of the whole
 // packs, then read back), as QuACK's kernel loads them: in one device call, interleaved rounds beside
 // QuACK on the same machine before (twice, around) and after (results/h200/experiments/ab_staged_ff15820.txt),
-// register_cached's time relative to QuACK's fell by 2.7% at bfloat16 4096x128, 1.0 at 4096x512 and
-// 1.1 at 4096x1024, 0.6 at 1048576x64, 0.5 at 4096x2048, level at 524288x128 and 65536x1024; it rose
-// by 1.3% at 4096x4096, which stays as it was. float32 was level or slower (4096x1024: +0.7%).
+// register_cached's time relative to QuACK's fell by 2.6% at bfloat16 4096x128, 1.0 at 4096x1024,
+// 0.7 at 1048576x64, 0.5 at 4096x2048, 0.4 at 4096x512, and stayed level (within 0.2) at 524288x128
+// and 65536x1024; it rose by 1.3% at 4096x4096, which stays as it was. float32 is not staged: 1.6%
+// faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
+// 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true},
     {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true},
