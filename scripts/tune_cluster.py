@@ -28,10 +28,10 @@ import torch
 from lab import bench, check, inputs
 from lab.backends.cuda_variants import ClusterShape, cluster_shapes, load_extension
 from lab.operators.softmax import SOFTMAX
-from lab.registry import dtype_name
+from lab.registry import ALL_DTYPES, dtype_name
 
 CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 
 
 def points(min_n: int, max_n: int | None = None) -> list[tuple[str, inputs.Shape]]:

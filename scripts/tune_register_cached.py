@@ -29,9 +29,9 @@ from interleave import checked_calls, interleaved_rounds, kernels_of, softmax_va
 from lab import bench, check, dispatch, inputs
 from lab.backends.cuda_variants import load_extension, register_cached_shapes
 from lab.operators.softmax import SOFTMAX
-from lab.registry import dtype_name
+from lab.registry import ALL_DTYPES, dtype_name
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 COPY = "copy"
 TABLE = "register_cached table"
 TABLE_PERSISTENT = "register_cached table, persistent"
@@ -51,10 +51,10 @@ def shape_calls(x: torch.Tensor) -> dict:
     return fns
 
 
-def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: list[str], by_name: dict,
-                  rounds: int, reps: int, flush: torch.Tensor) -> dict:
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, kernels: dict, unavailable: dict[str, str],
+                  by_name: dict, rounds: int, reps: int, flush: torch.Tensor) -> dict:
     """Every call at one point, each checked against float64 first (the copy excepted), then all timed
-    in interleaved rounds."""
+    in interleaved rounds; `kernels` and `unavailable` are interleave.kernels_of's, taken once per run."""
     x = inputs.make_input(shape, dtype, "cuda")
     ref = SOFTMAX.reference(x)
     fns = shape_calls(x)
@@ -64,12 +64,11 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, names: li
         if not res.ok:
             wrong[label] = res.summary()
             del fns[label]
-    kernels, skipped = kernels_of(names, by_name)
     variant_fns, shape_skipped, failed = checked_calls(kernels, by_name, x, ref)
     fns.update(variant_fns)
     times = interleaved_rounds(fns, flush, rounds, reps)
     return {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n,
-            "skipped": {**skipped, **shape_skipped}, "wrong": {**wrong, **failed},
+            "skipped": {**unavailable, **shape_skipped}, "wrong": {**wrong, **failed},
             "auto_choice": list(torch.ops.lab_tune.auto_choice(shape.m, shape.n, dtype)),
             "lab_choice": dispatch.lab_choice(shape.m, shape.n, dtype),
             "us": {k: statistics.median(v) for k, v in times.items()}, "rounds_us": times}
@@ -112,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     load_extension()
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     by_name = softmax_variants(names, args.variants, "tune_register_cached")
+    kernels, unavailable = kernels_of(names, by_name)
     flush, _ = bench.flush_buffer(bench.FLUSH_MB)
     records = []
     start = time.perf_counter()
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         asked = [("asked", s) for s in args.shape or []]
         swept = [(sweep, s) for sweep in args.sweep or ["tutorial"] for s in inputs.SWEEPS[sweep] if s.n <= args.max_n]
         for sweep, shape in asked or swept:
-            row = measure_point(sweep, shape, dtype, names, by_name, args.rounds, args.reps, flush)
+            row = measure_point(sweep, shape, dtype, kernels, unavailable, by_name, args.rounds, args.reps, flush)
             records.append(row)
             print(summary(row), flush=True)
             if args.json:
