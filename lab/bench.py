@@ -6,6 +6,13 @@ in its time (`host_bound`). On the CPU: the same quantiles of a wall-clock loop.
 the operator must move (softmax: one read of x and one write of y, 2 * M * N * itemsize), whatever the
 variant really moves; the ceiling is a copy moving the same bytes (half read, half written) timed the
 same way in the same run.
+
+The variants of one point, and the copy, are timed together in interleaved rounds (`time_rounds`): each
+round times every call in turn with do_bench's loop, the order rotated every round, and a call's median is
+taken over all its rounds' samples. A GPU's speed drifts over seconds (clocks, temperature, the memory's
+state), and on a tensor of a few MB one stretch per variant ranked two timings of the very same kernel 5%
+apart (the H200 run at 5d3818b, float32 4096x1024: lab.auto at 0.947x cuda.register_cached, the kernel of
+its route); in rounds every call is timed across the same stretches of time.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -22,11 +29,13 @@ QUANTILES = (0.5, 0.2, 0.8)
 WARMUP_MS = 25.0  # do_bench's warm-up, then its timed repetitions, in milliseconds of calls
 REP_MS = 100.0
 FLUSH_MB = 256  # triton.testing.do_bench's L2 flush: 256 MB written before every call
+ROUNDS = 5  # time_rounds: the calls of a point timed in turn, five times over
 HOST_CALLS = 20  # back-to-back calls timed on the host for a call's host time
 LONG_FLUSH_MAX_MB = 8192  # the longest flush for the host-bound check (about 2 ms of an H200's writes)
 
 # How a timing was taken, as the reports say it.
 DO_BENCH = "median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write)"
+ROUNDS_NOTE = ", a point's variants and the copy timed in {rounds} interleaved rounds"
 CUDAGRAPH = "median of CUDA graph replays (triton.testing.do_bench_cudagraph): no launch overhead, L2 not flushed"
 WALL_CLOCK = "CPU wall clock, one thread (no cache flush)"
 
@@ -90,9 +99,9 @@ def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list
     return [s.elapsed_time(e) for s, e in events]
 
 
-def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
-    """triton.testing.do_bench's loop: the number of warm-up and timed calls from an estimate over 5 calls,
-    each timed call after writing `buf`, between two CUDA events; (median, p20, p80) in ms."""
+def _estimate_ms(fn: Callable[[], object], buf: torch.Tensor) -> float:
+    """do_bench's estimate of a timed call: one call, then 5 calls each after writing `buf`, the flush
+    included, between two events (ms per flush and call)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -102,13 +111,17 @@ def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms:
         fn()
     end.record()
     torch.cuda.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-6)
+    return max(start.elapsed_time(end) / 5, 1e-6)
+
+
+def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+    """triton.testing.do_bench's loop: the number of warm-up and timed calls from an estimate over 5 calls,
+    each timed call after writing `buf`, between two CUDA events; (median, p20, p80) in ms."""
+    estimate_ms = _estimate_ms(fn, buf)
     n_warmup, n_repeat = max(1, int(warmup_ms / estimate_ms)), max(1, int(rep_ms / estimate_ms))
     for _ in range(n_warmup):
         fn()
-    times = torch.tensor(timed_calls(fn, buf, n_repeat), dtype=torch.float64)
-    med, p20, p80 = torch.quantile(times, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
-    return med, p20, p80
+    return quantiles(timed_calls(fn, buf, n_repeat))
 
 
 def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
@@ -117,8 +130,16 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: flo
     flush's GPU time; where the host time reaches half the flush's, the median again behind a flush whose
     GPU time is twice the host time or more, four times the flush at least, as far as half the free memory
     and LONG_FLUSH_MAX_MB allow (Timing.host_bound compares the two)."""
-    buf, flush_us = flush_buffer(flush_mb)
-    med, p20, p80 = _loop(fn, buf, warmup_ms, rep_ms)
+    buf, _ = flush_buffer(flush_mb)
+    return _with_host_check(fn, _loop(fn, buf, warmup_ms, rep_ms), warmup_ms, rep_ms, flush_mb)
+
+
+def _with_host_check(fn: Callable[[], object], quantiles: tuple[float, float, float], warmup_ms: float,
+                     rep_ms: float, flush_mb: int) -> Timing:
+    """The Timing of `fn` from its (median, p20, p80), with its host time, the flush's GPU time and, where
+    the host time came near the flush's, the median again behind a longer flush (time_gpu says how)."""
+    med, p20, p80 = quantiles
+    _, flush_us = flush_buffer(flush_mb)
     host = host_us(fn)
     long_ms = long_mb = None
     if host > 0.5 * flush_us:
@@ -129,6 +150,88 @@ def time_gpu(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: flo
         else:
             long_mb = None
     return Timing(med, p20, p80, host, flush_us, long_ms, long_mb)
+
+
+def interleave(calls: dict[str, Callable[[], object]], sample: Callable[[Callable[[], object], int], list[float]],
+               per_round: dict[str, int], rounds: int) -> dict[str, list[float]]:
+    """Every call's samples from `rounds` rounds: in each round every call in turn gives per_round[name]
+    samples (`sample(call, count)`, in ms), the order rotated by one each round so that none always runs
+    first or after the same neighbour."""
+    order = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in order}
+    for r in range(rounds):
+        k = r % len(order) if order else 0
+        for name in order[k:] + order[:k]:
+            samples[name] += sample(calls[name], per_round[name])
+    return samples
+
+
+def quantiles(samples: list[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) of samples in ms, interpolated as torch.quantile (do_bench's) does."""
+    t = torch.tensor(samples, dtype=torch.float64)
+    med, p20, p80 = torch.quantile(t, torch.tensor(QUANTILES, dtype=torch.float64)).tolist()
+    return med, p20, p80
+
+
+def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms: float, flush_mb: int,
+                rounds: int, warm: Collection[str]) -> dict[str, Timing]:
+    buf, _ = flush_buffer(flush_mb)
+    per_round = {}
+    for name, fn in calls.items():  # do_bench's estimate and warm-up, once per call
+        estimate_ms = _estimate_ms(fn, buf)
+        for _ in range(1 if name in warm else max(1, int(warmup_ms / estimate_ms))):
+            fn()
+        per_round[name] = max(1, int(rep_ms / rounds / estimate_ms))
+
+    def sample(fn: Callable[[], object], count: int) -> list[float]:
+        for _ in range(max(2, count // 10)):  # a few calls again after the other variants ran
+            fn()
+        return timed_calls(fn, buf, count)
+
+    samples = interleave(calls, sample, per_round, rounds)
+    return {name: _with_host_check(fn, quantiles(samples[name]), warmup_ms, rep_ms, flush_mb)
+            for name, fn in calls.items()}
+
+
+def _cpu_rounds(calls: dict[str, Callable[[], object]], rep_ms: float, rounds: int) -> dict[str, Timing]:
+    per_round = {}
+    for name, fn in calls.items():
+        fn()  # warm-up
+        t0 = time.perf_counter()
+        fn()
+        estimate_ms = max((time.perf_counter() - t0) * 1e3, 1e-6)
+        # time_cpu's budget (2 * rep_ms of calls, 5 to 200 samples in all) shared among the rounds
+        fewest, most = math.ceil(5 / rounds), max(1, 200 // rounds)
+        per_round[name] = min(max(fewest, int(2 * rep_ms / rounds / estimate_ms)), most)
+
+    def sample(fn: Callable[[], object], count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    samples = interleave(calls, sample, per_round, rounds)
+    return {name: Timing(*quantiles(s)) for name, s in samples.items()}
+
+
+def time_rounds(calls: dict[str, Callable[[], object]], device: torch.device, warmup_ms: float = WARMUP_MS,
+                rep_ms: float = REP_MS, cudagraph: bool = False, flush_mb: int = FLUSH_MB,
+                rounds: int = ROUNDS, warm: Collection[str] = ()) -> dict[str, Timing]:
+    """Each call's Timing, the calls timed together in `rounds` interleaved rounds (`interleave`): on a GPU
+    each has do_bench's estimate and warm-up first (one call for those named in `warm`, timed moments
+    before), then rep_ms of flushed, event-timed calls in all, rep_ms / rounds a round, and the host check
+    of time_gpu; on the CPU, wall-clock samples the same way.
+    With cudagraph, each call's graph replays are timed in one stretch (a graph is one launch; there is
+    no flush between calls to share)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if device.type != "cuda":
+        return _cpu_rounds(calls, rep_ms, rounds)
+    if cudagraph:
+        return {name: time_cudagraph(fn, rep_ms) for name, fn in calls.items()}
+    return _gpu_rounds(calls, warmup_ms, rep_ms, flush_mb, rounds, warm)
 
 
 def time_cudagraph(fn: Callable[[], object], rep_ms: float = REP_MS) -> Timing:
@@ -161,8 +264,10 @@ def time_fn(fn: Callable[[], object], device: torch.device, warmup_ms: float = W
     return time_cudagraph(fn, rep_ms) if cudagraph else time_gpu(fn, warmup_ms, rep_ms, flush_mb)
 
 
-def method(device: torch.device, cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> str:
-    return WALL_CLOCK if device.type != "cuda" else CUDAGRAPH if cudagraph else DO_BENCH.format(mb=flush_mb)
+def method(device: torch.device, cudagraph: bool = False, flush_mb: int = FLUSH_MB, rounds: int | None = None) -> str:
+    """How a timing was taken, as the reports say it; `rounds`: in that many interleaved rounds (time_rounds)."""
+    text = WALL_CLOCK if device.type != "cuda" else CUDAGRAPH if cudagraph else DO_BENCH.format(mb=flush_mb)
+    return text + (ROUNDS_NOTE.format(rounds=rounds) if rounds and not (cudagraph and device.type == "cuda") else "")
 
 
 def gbps(nbytes: int, ms: float) -> float:

@@ -1,14 +1,14 @@
 """Time a few variants at a few shapes in interleaved rounds, to tell a real gap from the timing's noise.
 
-The lab times each variant at a point once, in one stretch (python -m lab.test: do_bench's median with
-the L2 flushed before every call). On tensors of a few MB a kernel runs for 4-15 us and two timings of
-the very same kernel in one run can differ by 10%. This script times the variants round by round
-(the order rotated every round, so that none always runs first), each round the same loop as do_bench
-(the L2 flushed by writing a buffer before every call, CUDA events around the call), with a flush
-buffer of each size asked for: a larger buffer keeps the GPU busy longer before each call, so a call
-whose host work outlasts the flush (its launch reaching the GPU late, the wait counted in its time)
-reads faster with it. Beside each timing, the host time of one call (the mean over back-to-back calls,
-no synchronisation between them).
+The lab itself times a point's variants in interleaved rounds (python -m lab.test: lab.bench.time_rounds,
+do_bench's loop with the L2 flushed before every call). This script does the same for the variants and
+shapes asked for, with more rounds, a choice of flush sizes and the spread of the rounds printed: on
+tensors of a few MB a kernel runs for 4-15 us, and one round's median can differ from the next by several
+percent. Each round is the same loop as do_bench (the L2 flushed by writing a buffer before every call,
+CUDA events around the call), the order rotated every round so that none always runs first. A larger
+flush buffer keeps the GPU busy longer before each call, so a call whose host work outlasts the flush
+(its launch reaching the GPU late, the wait counted in its time) reads faster with it. Beside each
+timing, the host time of one call (the mean over back-to-back calls, no synchronisation between them).
 
     python scripts/interleave.py --variants lab.auto,cuda.auto,cuda.register_cached \\
         --shape 4096x512 --shape 4096x1024 --dtype bfloat16 [--rounds 5] [--flush-mb 256,1024]
@@ -79,13 +79,8 @@ def checked_calls(kernels: dict, by_name: dict, x: torch.Tensor, ref: torch.Tens
 
 def interleaved_rounds(fns: dict, flush: torch.Tensor, rounds: int, reps: int) -> dict[str, list[float]]:
     """Each call's median per round (us), the calls taken in turn every round, the order rotated by one
-    each round so that none always runs first."""
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    order = list(fns)
-    for r in range(rounds):
-        for n in order[r % len(order):] + order[:r % len(order)]:
-            times[n].append(timed_round(fns[n], flush, reps))
-    return times
+    each round so that none always runs first (lab.bench.interleave, as the lab's own rounds)."""
+    return bench.interleave(fns, lambda fn, count: [timed_round(fn, flush, count)], dict.fromkeys(fns, reps), rounds)
 
 
 def timed_round(fn, flush: torch.Tensor, reps: int) -> float:

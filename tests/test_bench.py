@@ -45,3 +45,54 @@ def test_the_flush_write_is_timed_at_a_bandwidth_a_gpu_can_have():
     assert buf.numel() * buf.element_size() == 64 * 2**20
     gbps = buf.numel() * buf.element_size() / (us * 1e-6) / 1e9
     assert 100 < gbps < 20000, f"the 64 MB flush write timed at {us:.1f} us: {gbps:.0f} GB/s"
+
+
+def test_rounds_interleave_the_calls_and_rotate_their_order():
+    ran: list[str] = []
+    calls = {name: (lambda name=name: ran.append(name)) for name in "abc"}
+
+    def sample(fn, count):
+        fn()
+        return [float(count)]
+
+    samples = bench.interleave(calls, sample, {"a": 1, "b": 2, "c": 3}, rounds=4)
+    assert ran == list("abc" "bca" "cab" "abc")  # every call in every round, the first one rotating
+    assert samples == {"a": [1.0] * 4, "b": [2.0] * 4, "c": [3.0] * 4}
+
+
+def test_time_rounds_on_the_cpu_times_every_call_in_every_round():
+    counts = {"slow": 0, "fast": 0}
+
+    def slow():
+        counts["slow"] += 1
+        time.sleep(0.002)
+
+    def fast():
+        counts["fast"] += 1
+
+    t = bench.time_rounds({"slow": slow, "fast": fast}, torch.device("cpu"), rep_ms=20, rounds=3)
+    assert set(t) == {"slow", "fast"}
+    assert t["slow"].median_ms >= 2.0 > t["fast"].median_ms
+    assert t["slow"].p20_ms <= t["slow"].median_ms <= t["slow"].p80_ms
+    assert counts["slow"] >= 3 + 2 and counts["fast"] > counts["slow"]  # the warm-up and estimate, then 3 rounds
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        bench.time_rounds({"fast": fast}, torch.device("cpu"), rounds=0)
+
+
+def test_the_method_names_the_rounds():
+    assert bench.method(torch.device("cuda"), rounds=5).endswith("timed in 5 interleaved rounds")
+    assert "rounds" not in bench.method(torch.device("cuda"), cudagraph=True, rounds=5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_rounds_on_a_gpu_time_what_a_single_stretch_times():
+    """A kernel and a copy of four times the bytes, in rounds: each near its own time_gpu, the copy slower."""
+    x = torch.randn(4096, 1024, device="cuda")
+    src = torch.empty(4 * x.numel() * 4, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    calls = {"softmax": lambda: torch.softmax(x, -1), "copy": lambda: dst.copy_(src)}
+    t = bench.time_rounds(calls, torch.device("cuda"), warmup_ms=5, rep_ms=50)
+    alone = bench.time_gpu(calls["softmax"], warmup_ms=5, rep_ms=50)
+    assert t["copy"].median_ms > t["softmax"].median_ms
+    assert 0.8 < t["softmax"].median_ms / alone.median_ms < 1.25, (t["softmax"], alone)
+    assert t["softmax"].host_us > 0 and t["softmax"].flush_us > 0
