@@ -11,9 +11,12 @@ among that length's entries, of the next larger measured M (the largest M for mo
 table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/dispatch/auto.cu
 applies.
 
-A lab run that times `cuda.auto` builds the table as it goes: before auto is timed at a point, the
-table is rebuilt from the results of this run so far, which include every other CUDA variant at
-that point, and installed. So the auto timed at each point runs the variant the saved table names.
+A lab run that times `cuda.auto` builds the table as it goes: before auto is checked and timed at a
+point, the table is rebuilt from the results of this run so far, which include every other CUDA
+variant at that point timed in a selection pass (lab.test.time_point), and installed. An entry's GB/s
+are the selection pass's (`selection_gbps`, where the results have it), not the timings reported
+beside auto's, so the auto timed at each point runs the variant the saved table names, and the table
+rebuilt from the saved results is the same.
 
 The table's `lab_entries` hold the same for lab.softmax (timed as the variant `lab.auto`), over the lab's
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
@@ -68,8 +71,9 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
         if (r.get("op", "softmax") != "softmax" or r["backend"] not in backends or r["variant"] in (AUTO, LAB)
-                or r["variant"] in barred or r["status"] != "ok" or not r.get("gbps")):
+                or r["variant"] in barred or r["status"] not in ("ok", "checked") or not chosen_gbps(r)):
             continue
+        r = {**r, "gbps": chosen_gbps(r), "median_ms": chosen_ms(r)}
         key = (r["dtype"], r["n"], r["m"])
         if key not in best or r["gbps"] > best[key]["gbps"]:
             best[key] = r
@@ -100,6 +104,16 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
 TRITON_MARGIN = 0.01
 TRITON_MARGIN_MS = 0.0002
 TRITON_HOST_MS = 0.05
+
+
+def chosen_gbps(r: dict) -> float | None:
+    """The GB/s a table is built from: the selection pass's where one ran (lab.test.time_point: the timings
+    that chose auto's route, not the ones reported), else the result's own."""
+    return r.get("selection_gbps") or r.get("gbps")
+
+
+def chosen_ms(r: dict) -> float | None:
+    return r.get("selection_ms") or r.get("median_ms")
 
 
 def _yield_reason(cuda: dict, triton: dict) -> str | None:

@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"warm-up time per timed point in ms (default {bench.WARMUP_MS:g})")
     p.add_argument("--rep", type=float, default=bench.REP_MS, metavar="MS",
                    help=f"timed repetitions per point in ms (default {bench.REP_MS:g})")
+    p.add_argument("--rounds", type=int, default=bench.ROUNDS, metavar="N",
+                   help=f"a point's variants and the copy are timed in turn, N rounds over (default {bench.ROUNDS}); "
+                        "--rep is shared among the rounds")
     p.add_argument("--flush-mb", type=int, default=bench.FLUSH_MB, metavar="MB",
                    help=f"the L2 flush written before every timed call, in MB (default {bench.FLUSH_MB}, "
                         "triton.testing.do_bench's); a larger one hides more host time per call")
@@ -93,6 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--warmup must be >= 0 and --rep > 0 (milliseconds)")
     if args.flush_mb < 1:
         p.error("--flush-mb must be at least 1 (MB)")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     prepare_outputs(p, args)
     return args
 
@@ -222,34 +227,38 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
                     f"({time.perf_counter() - start:.1f} s)")
 
 
-def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
-                  ref: torch.Tensor, copy: bench.Timing | None, device: torch.device,
-                  args: argparse.Namespace) -> report.Result:
+def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
+                ref: torch.Tensor, device: torch.device, args: argparse.Namespace):
+    """One variant at one point as far as its check: the Result (skipped, failed or checked) and, where it
+    is to be timed, its kernel (else None)."""
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
                         op=op.name)
     if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype):
         res.reason = reason
-        return res
+        return res, None
     try:
         kernel = r.kernel_for(case[0])
     except Unavailable as e:
         res.reason = str(e)
-        return res
+        return res, None
     c = check.check(kernel, case, v.writes_out, ref, op=op)
     res.worst_ratio, res.rel_norm = c.worst_ratio, c.rel_norm
     if not c.ok:
         res.status, res.reason = "failed", c.summary()
-        return res
-    interpreted = device.type == "cpu" and v.backend == "triton"
-    if args.check_only or interpreted:
-        res.status = "checked"
-        res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed" if interpreted else ""
-        return res
-    out = torch.empty(ref.shape, dtype=dtype, device=device) if v.writes_out else None
-    fn = (lambda: kernel(*case, out)) if out is not None else (lambda: kernel(*case))
-    t = bench.time_fn(fn, device, args.warmup, args.rep, args.cudagraph, args.flush_mb)
-    res.timing = bench.method(device, args.cudagraph, args.flush_mb)
+        return res, None
+    res.status = "checked"
+    if device.type == "cpu" and v.backend == "triton":
+        res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed"
+        return res, None
+    return res, None if args.check_only else kernel
+
+
+def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing, shape: inputs.Shape,
+                  dtype: torch.dtype, copy: bench.Timing | None, device: torch.device,
+                  args: argparse.Namespace) -> None:
+    """A checked Result made "ok" with its timing, its GB/s and its shares of the copy and of its model."""
+    res.timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     res.host_us, res.flush_us, res.host_bound = t.host_us, t.flush_us, t.host_bound
     res.long_flush_ms, res.long_flush_mb = t.long_flush_ms, t.long_flush_mb
     nbytes = op.bytes_moved(shape, dtype)
@@ -263,7 +272,69 @@ def measure_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, ca
         res.pct_copy = 100 * res.gbps / res.copy_gbps
         res.modeled_gbps = res.copy_gbps * op.ceiling_fraction(traffic)
         res.pct_modeled = 100 * res.gbps / res.modeled_gbps
-    return res
+
+
+SELECTION_SHARE = 0.25
+"""The selection pass's timed calls, as a share of --rep (time_point)."""
+COPY = "copy"  # the copy ceiling's name among a point's timed calls
+
+
+def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs.Shape,
+               case: tuple[torch.Tensor, ...], ref: torch.Tensor, device: torch.device, args: argparse.Namespace,
+               results: list[report.Result]) -> list[report.Result]:
+    """Every variant at one point, in the runnable order: each checked before it is timed, then all the
+    checked ones and a copy of the same bytes timed together in interleaved rounds (bench.time_rounds).
+    A variant with a `prepare` (auto: its dispatch table from this run's results) is prepared from a
+    selection pass first: the other variants timed in rounds for SELECTION_SHARE of --rep, their medians
+    kept as selection_ms and selection_gbps (what the table is built from), and only then checked and
+    timed with the others. A variant's route is thus chosen from timings other than the ones reported,
+    so that the variant it routes to is not reported with the luck that won it the choice, and auto is
+    timed in the same rounds as that variant."""
+    dtype = case[0].dtype
+    nbytes = op.bytes_moved(shape, dtype)
+    checked: dict[str, tuple[report.Result, object]] = {}
+    shared: list[torch.Tensor] = []  # one output for every variant that writes into one: calls run in turn
+
+    def call(r: Runnable, kernel):
+        if not r.variant.writes_out:
+            return lambda: kernel(*case)
+        if not shared:
+            shared.append(torch.empty(ref.shape, dtype=dtype, device=device))
+        out = shared[0]
+        return lambda: kernel(*case, out)
+
+    def timed(names) -> dict:
+        return {n: call(by_name[n], checked[n][1]) for n in names if checked[n][1] is not None}
+
+    by_name = {r.variant.name: r for r in runnable}
+    plain = [r for r in runnable if r.variant.prepare is None]
+    prepared = [r for r in runnable if r.variant.prepare is not None]
+    for r in plain:
+        checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
+    if prepared:
+        selection = timed(r.variant.name for r in plain)
+        if selection:
+            for n, t in bench.time_rounds(selection, device, args.warmup, args.rep * SELECTION_SHARE,
+                                          args.cudagraph, args.flush_mb, args.rounds).items():
+                res = checked[n][0]
+                res.selection_ms, res.selection_gbps = t.median_ms, bench.gbps(nbytes, t.median_ms)
+        so_far = [checked[r.variant.name][0] for r in plain]
+        for r in prepared:
+            r.variant.prepare(results + so_far)  # e.g. cuda.auto's table from this run so far
+            checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
+    calls = timed(r.variant.name for r in runnable)
+    if calls:
+        src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
+        dst = torch.empty_like(src)
+        calls[COPY] = lambda: dst.copy_(src)  # the ceiling, in the same rounds
+        warm = [n for n in calls if n != COPY and checked[n][0].selection_ms is not None]  # warmed up moments ago
+        timings = bench.time_rounds(calls, device, args.warmup, args.rep, args.cudagraph, args.flush_mb,
+                                    args.rounds, warm=warm)
+        del src, dst
+        for n, t in timings.items():
+            if n != COPY:
+                record_timing(op, checked[n][0], by_name[n].variant, t, shape, dtype, timings[COPY], device, args)
+    return [checked[r.variant.name][0] for r in runnable]
 
 
 def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
@@ -272,7 +343,7 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
     """Check, then time, every point; each point's results are appended to `results` as soon as they
     exist (an interrupted run keeps them)."""
     total = len(plan) * len(dtypes)
-    timing = bench.method(device, args.cudagraph, args.flush_mb)
+    timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     what = "checking" if args.check_only else f"checking, then timing ({timing})"
     log("\n" + wrap(f"{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
                      f"GB/s = {op.bytes_formula} / time"))
@@ -309,13 +380,7 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
             start = time.perf_counter()
             case = op.make_inputs(shape, dtype, device, args.seed)
             ref = op.reference(*case)
-            copy = None if args.check_only else bench.copy_ceiling(op.bytes_moved(shape, dtype), device, args.warmup,
-                                                                   args.rep, args.cudagraph, args.flush_mb)
-            point: list[report.Result] = []
-            for r in runnable:
-                if r.variant.prepare is not None:
-                    r.variant.prepare(results + point)  # e.g. cuda.auto's table from this run so far
-                point.append(measure_point(op, r, sweep, shape, case, ref, copy, device, args))
+            point = time_point(op, runnable, sweep, shape, case, ref, device, args, results)
             base = next((p for p in point if p.variant == op.baseline and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
@@ -378,11 +443,12 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
                                            f"{env['commit']}"), out / dispatch.FILENAME)
     report.write_csv(results, out / "results.csv")
     report.write_wide_csv(results, out / "results_wide.csv")
+    timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
           f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          f"GB/s = {op.bytes_formula} / median time. Timing: {bench.method(device, args.cudagraph, args.flush_mb)}. In "
+          f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In "
           "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way in the "
-          "same run. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
+          "same rounds. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
           "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():
