@@ -8,16 +8,18 @@ variant really moves; the ceiling is a copy moving the same bytes (half read, ha
 same way in the same run.
 
 The variants of one point, and the copy, are timed together in interleaved rounds (`time_rounds`): each
-round times every call in turn with do_bench's loop, the order rotated every round, and a call's median is
-taken over all its rounds' samples. A GPU's speed drifts over seconds (clocks, temperature, the memory's
-state), and on a tensor of a few MB one stretch per variant ranked two timings of the very same kernel 5%
-apart (the H200 run at 5d3818b, float32 4096x1024: lab.auto at 0.947x cuda.register_cached, the kernel of
-its route); in rounds every call is timed across the same stretches of time.
+round times every call in turn with do_bench's loop, in a new order every round (a seeded shuffle), and a
+call's median is taken over all its rounds' samples. A GPU's speed drifts over seconds (clocks,
+temperature, the memory's state), and on a tensor of a few MB one stretch per variant ranked two
+timings of the very same kernel 5% apart (the H200 run at 5d3818b, float32 4096x1024: lab.auto at
+0.947x cuda.register_cached, the kernel of its route); in rounds every call is timed across the same
+stretches of time.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Collection
@@ -30,6 +32,7 @@ WARMUP_MS = 25.0  # do_bench's warm-up, then its timed repetitions, in milliseco
 REP_MS = 100.0
 FLUSH_MB = 256  # triton.testing.do_bench's L2 flush: 256 MB written before every call
 ROUNDS = 5  # time_rounds: the calls of a point timed in turn, five times over
+ORDER_SEED = 0  # round_orders' shuffles
 HOST_CALLS = 20  # back-to-back calls timed on the host for a call's host time
 LONG_FLUSH_MAX_MB = 8192  # the longest flush for the host-bound check (about 2 ms of an H200's writes)
 
@@ -152,16 +155,24 @@ def _with_host_check(fn: Callable[[], object], quantiles: tuple[float, float, fl
     return Timing(med, p20, p80, host, flush_us, long_ms, long_mb)
 
 
+def round_orders(names: list[str], rounds: int, seed: int = ORDER_SEED) -> list[list[str]]:
+    """The order of the calls in each round: shuffled anew every round (random.Random(seed + round), the
+    same on every run), so that no call always runs first or after the same neighbour. A call after a
+    slow one, or after one that leaves the GPU cooler or hotter, may run faster or slower for it: the
+    a5e3879 run rotated one fixed order, which keeps every call behind the same neighbour, and there
+    cuda.auto read 1.2% slower than the kernel it runs (bfloat16 2097152x32: 68.1 against 67.3 us,
+    cuda.register_cached behind cuda.online, cuda.auto behind cuda.grid_split). New neighbours every
+    round spread any such effect over all calls."""
+    return [random.Random(seed + r).sample(names, len(names)) for r in range(rounds)]
+
+
 def interleave(calls: dict[str, Callable[[], object]], sample: Callable[[Callable[[], object], int], list[float]],
                per_round: dict[str, int], rounds: int) -> dict[str, list[float]]:
     """Every call's samples from `rounds` rounds: in each round every call in turn gives per_round[name]
-    samples (`sample(call, count)`, in ms), the order rotated by one each round so that none always runs
-    first or after the same neighbour."""
-    order = list(calls)
-    samples: dict[str, list[float]] = {name: [] for name in order}
-    for r in range(rounds):
-        k = r % len(order) if order else 0
-        for name in order[k:] + order[:k]:
+    samples (`sample(call, count)`, in ms), in the orders of round_orders."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for order in round_orders(list(calls), rounds):
+        for name in order:
             samples[name] += sample(calls[name], per_round[name])
     return samples
 
@@ -184,7 +195,7 @@ def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms
         per_round[name] = max(1, int(rep_ms / rounds / estimate_ms))
 
     def sample(fn: Callable[[], object], count: int) -> list[float]:
-        for _ in range(max(2, count // 10)):  # a few calls again after the other variants ran
+        for _ in range(max(1, count // 10)):  # a few calls again after the other variants ran
             fn()
         return timed_calls(fn, buf, count)
 

@@ -5,7 +5,7 @@ do_bench's loop with the L2 flushed before every call). This script does the sam
 shapes asked for, with more rounds, a choice of flush sizes and the spread of the rounds printed: on
 tensors of a few MB a kernel runs for 4-15 us, and one round's median can differ from the next by several
 percent. Each round is the same loop as do_bench (the L2 flushed by writing a buffer before every call,
-CUDA events around the call), the order rotated every round so that none always runs first. A larger
+CUDA events around the call), in a new order every round (lab.bench.round_orders). A larger
 flush buffer keeps the GPU busy longer before each call, so a call whose host work outlasts the flush
 (its launch reaching the GPU late, the wait counted in its time) reads faster with it. Beside each
 timing, the host time of one call (the mean over back-to-back calls, no synchronisation between them).
@@ -78,8 +78,8 @@ def checked_calls(kernels: dict, by_name: dict, x: torch.Tensor, ref: torch.Tens
 
 
 def interleaved_rounds(fns: dict, flush: torch.Tensor, rounds: int, reps: int) -> dict[str, list[float]]:
-    """Each call's median per round (us), the calls taken in turn every round, the order rotated by one
-    each round so that none always runs first (lab.bench.interleave, as the lab's own rounds)."""
+    """Each call's median per round (us), the calls taken in turn every round, in a new order each round
+    (lab.bench.interleave, as the lab's own rounds)."""
     return bench.interleave(fns, lambda fn, count: [timed_round(fn, flush, count)], dict.fromkeys(fns, reps), rounds)
 
 

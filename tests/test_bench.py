@@ -47,17 +47,22 @@ def test_the_flush_write_is_timed_at_a_bandwidth_a_gpu_can_have():
     assert 100 < gbps < 20000, f"the 64 MB flush write timed at {us:.1f} us: {gbps:.0f} GB/s"
 
 
-def test_rounds_interleave_the_calls_and_rotate_their_order():
+def test_rounds_interleave_the_calls_in_a_new_order_every_round():
     ran: list[str] = []
-    calls = {name: (lambda name=name: ran.append(name)) for name in "abc"}
+    calls = {name: (lambda name=name: ran.append(name)) for name in "abcd"}
 
     def sample(fn, count):
         fn()
         return [float(count)]
 
-    samples = bench.interleave(calls, sample, {"a": 1, "b": 2, "c": 3}, rounds=4)
-    assert ran == list("abc" "bca" "cab" "abc")  # every call in every round, the first one rotating
-    assert samples == {"a": [1.0] * 4, "b": [2.0] * 4, "c": [3.0] * 4}
+    samples = bench.interleave(calls, sample, {"a": 1, "b": 2, "c": 3, "d": 4}, rounds=6)
+    rounds = ["".join(ran[i:i + 4]) for i in range(0, len(ran), 4)]
+    assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)  # every call in every round
+    assert rounds == ["".join(o) for o in bench.round_orders(list("abcd"), 6)]  # the seeded orders: the same each run
+    assert len(set(rounds)) > 3  # new orders, not one order rotated
+    before = {name: {r[r.index(name) - 1] for r in rounds if r.index(name) > 0} for name in "abcd"}
+    assert all(len(b) >= 2 for b in before.values()), before  # each call behind more than one neighbour
+    assert samples == {"a": [1.0] * 6, "b": [2.0] * 6, "c": [3.0] * 6, "d": [4.0] * 6}
 
 
 def test_time_rounds_on_the_cpu_times_every_call_in_every_round():
