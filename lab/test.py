@@ -274,6 +274,19 @@ def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing,
         res.pct_modeled = 100 * res.gbps / res.modeled_gbps
 
 
+def timed_call(v: Variant, kernel, case: tuple[torch.Tensor, ...], out_shape: torch.Size):
+    """The call to time: a variant that writes into an output it is given gets one allocated for each call,
+    from PyTorch's caching allocator, and dropped after it, as the variants that allocate their own do;
+    so every variant's output is the same block, the one the call before freed. On the H200 the very same
+    kernel moved by up to 1% with the address of its output (scripts/output_address.py: 131.2 against
+    132.5 us at float32 4096x16384, each output timed in the same rounds), and an output kept per
+    variant would rank the variants by where their outputs happened to lie."""
+    if not v.writes_out:
+        return lambda: kernel(*case)
+    x = case[0]
+    return lambda: kernel(*case, torch.empty(out_shape, dtype=x.dtype, device=x.device))
+
+
 SELECTION_SHARE = 0.25
 """The selection pass's timed calls, as a share of --rep (time_point)."""
 COPY = "copy"  # the copy ceiling's name among a point's timed calls
@@ -283,7 +296,8 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
                case: tuple[torch.Tensor, ...], ref: torch.Tensor, device: torch.device, args: argparse.Namespace,
                results: list[report.Result]) -> list[report.Result]:
     """Every variant at one point, in the runnable order: each checked before it is timed, then all the
-    checked ones and a copy of the same bytes timed together in interleaved rounds (bench.time_rounds).
+    checked ones and a copy of the same bytes timed together in interleaved rounds (bench.time_rounds),
+    each output allocated per call (timed_call).
     A variant with a `prepare` (auto: its dispatch table from this run's results) is prepared from a
     selection pass first: the other variants timed in rounds for SELECTION_SHARE of --rep, their medians
     kept as selection_ms and selection_gbps (what the table is built from), and only then checked and
@@ -293,18 +307,10 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     dtype = case[0].dtype
     nbytes = op.bytes_moved(shape, dtype)
     checked: dict[str, tuple[report.Result, object]] = {}
-    shared: list[torch.Tensor] = []  # one output for every variant that writes into one: calls run in turn
-
-    def call(r: Runnable, kernel):
-        if not r.variant.writes_out:
-            return lambda: kernel(*case)
-        if not shared:
-            shared.append(torch.empty(ref.shape, dtype=dtype, device=device))
-        out = shared[0]
-        return lambda: kernel(*case, out)
 
     def timed(names) -> dict:
-        return {n: call(by_name[n], checked[n][1]) for n in names if checked[n][1] is not None}
+        return {n: timed_call(by_name[n].variant, checked[n][1], case, ref.shape) for n in names
+                if checked[n][1] is not None}
 
     by_name = {r.variant.name: r for r in runnable}
     plain = [r for r in runnable if r.variant.prepare is None]

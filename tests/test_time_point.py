@@ -2,12 +2,13 @@
 with a `prepare` (auto) prepared from a selection pass of the others, whose timings the dispatch table
 is built from. Runs on the CPU with torch kernels standing in for variants."""
 
+import pytest
 import torch
 
 from lab import dispatch, inputs
 from lab import test as lab_test
 from lab.operators.softmax import SOFTMAX
-from lab.registry import Traffic, Variant
+from lab.registry import Traffic, Variant, variants
 
 ARGS = lab_test.parse_args(["--no-save", "--rep", "4", "--rounds", "2"])
 SHAPE = inputs.Shape(8, 100)
@@ -81,3 +82,20 @@ def test_the_table_is_built_from_the_selection_pass():
     assert table["entries"]["float32"] == [[1024, 4096, "register_cached", 3870.0]]
     no_pass = [{k: v for k, v in r.items() if k != "selection_gbps"} for r in results]
     assert dispatch.build_table(no_pass, "GPU", "test")["entries"]["float32"][0][2] == "cluster"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_variants_write_to_one_block_on_a_gpu():
+    """Each variant given an output gets one per call from the caching allocator (timed_call), so that
+    it writes where the one before it wrote, and where the operator's baseline, which allocates its own, does."""
+    case = SOFTMAX.make_inputs(inputs.Shape(256, 1000), torch.float32, torch.device("cuda"), 0)
+    ref = SOFTMAX.reference(*case)
+    names = [v.name for v in variants("softmax") if v.writes_out or v.name == SOFTMAX.baseline]
+    addresses = {}
+    for v in variants("softmax"):
+        if v.name not in names or v.unavailable_on("cuda") or v.skip_reason(inputs.Shape(256, 1000), torch.float32):
+            continue
+        y = lab_test.timed_call(v, v.kernel(), case, ref.shape)()
+        addresses[v.name] = y.data_ptr()
+        del y
+    assert len(addresses) > 2 and len(set(addresses.values())) == 1, addresses
