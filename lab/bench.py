@@ -290,8 +290,9 @@ _COPY_CACHE: dict[tuple, Timing] = {}
 
 def copy_ceiling(moved: int, device: torch.device | str, warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS,
                  cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> Timing:
-    """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2), the
-    same way as the variants (once per size, timing and run)."""
+    """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2) in one
+    stretch, once per size, timing and process: the tuning scripts' scale. The lab itself times its copy
+    in each point's rounds, beside the variants (lab.test.time_point)."""
     nbytes = max(1, moved // 2)
     device = torch.device(device)
     key = (nbytes, str(device), warmup_ms, rep_ms, cudagraph, flush_mb)
