@@ -144,6 +144,8 @@ def _with_host_check(fn: Callable[[], object], quantiles: tuple[float, float, fl
     med, p20, p80 = quantiles
     _, flush_us = flush_buffer(flush_mb)
     host = host_us(fn)
+    # The longer flush's median is taken in one stretch after the rounds, not in them: host_bound asks it
+    # to be 5% faster, more than a stretch drifts from the rounds' median on a call long enough to matter.
     long_ms = long_mb = None
     if host > 0.5 * flush_us:
         room_mb = min(torch.cuda.mem_get_info()[0] // 2 // 2**20, LONG_FLUSH_MAX_MB)
@@ -185,7 +187,7 @@ def quantiles(samples: list[float]) -> tuple[float, float, float]:
 
 
 def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms: float, flush_mb: int,
-                rounds: int, warm: Collection[str]) -> dict[str, Timing]:
+                rounds: int, warm: Collection[str], host_check: bool) -> dict[str, Timing]:
     buf, _ = flush_buffer(flush_mb)
     per_round = {}
     for name, fn in calls.items():  # do_bench's estimate and warm-up, once per call
@@ -200,6 +202,8 @@ def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms
         return timed_calls(fn, buf, count)
 
     samples = interleave(calls, sample, per_round, rounds)
+    if not host_check:
+        return {name: Timing(*quantiles(samples[name])) for name in calls}
     return {name: _with_host_check(fn, quantiles(samples[name]), warmup_ms, rep_ms, flush_mb)
             for name, fn in calls.items()}
 
@@ -229,11 +233,11 @@ def _cpu_rounds(calls: dict[str, Callable[[], object]], rep_ms: float, rounds: i
 
 def time_rounds(calls: dict[str, Callable[[], object]], device: torch.device, warmup_ms: float = WARMUP_MS,
                 rep_ms: float = REP_MS, cudagraph: bool = False, flush_mb: int = FLUSH_MB,
-                rounds: int = ROUNDS, warm: Collection[str] = ()) -> dict[str, Timing]:
+                rounds: int = ROUNDS, warm: Collection[str] = (), host_check: bool = True) -> dict[str, Timing]:
     """Each call's Timing, the calls timed together in `rounds` interleaved rounds (`interleave`): on a GPU
     each has do_bench's estimate and warm-up first (one call for those named in `warm`, timed moments
     before), then rep_ms of flushed, event-timed calls in all, rep_ms / rounds a round, and the host check
-    of time_gpu; on the CPU, wall-clock samples the same way.
+    of time_gpu unless host_check is False; on the CPU, wall-clock samples the same way.
     With cudagraph, each call's graph replays are timed in one stretch (a graph is one launch; there is
     no flush between calls to share)."""
     if rounds < 1:
@@ -242,7 +246,7 @@ def time_rounds(calls: dict[str, Callable[[], object]], device: torch.device, wa
         return _cpu_rounds(calls, rep_ms, rounds)
     if cudagraph:
         return {name: time_cudagraph(fn, rep_ms) for name, fn in calls.items()}
-    return _gpu_rounds(calls, warmup_ms, rep_ms, flush_mb, rounds, warm)
+    return _gpu_rounds(calls, warmup_ms, rep_ms, flush_mb, rounds, warm, host_check)
 
 
 def time_cudagraph(fn: Callable[[], object], rep_ms: float = REP_MS) -> Timing:

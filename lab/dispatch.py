@@ -15,8 +15,11 @@ A lab run that times `cuda.auto` builds the table as it goes: before auto is che
 point, the table is rebuilt from the results of this run so far, which include every other CUDA
 variant at that point timed in a selection pass (lab.test.time_point), and installed. An entry's GB/s
 are the selection pass's (`selection_gbps`, where the results have it), not the timings reported
-beside auto's, so the auto timed at each point runs the variant the saved table names, and the table
-rebuilt from the saved results is the same.
+beside auto's, and the table rebuilt from the saved results is the one the run ended with. The auto
+timed at a point runs the variant the saved table names there, unless a later point of another sweep
+measures the same (dtype, N, M) and its selection makes a different variant the fastest: entries are
+keyed by (dtype, N, M), not by sweep (in the committed H200 run the two sweeps share 4096x16384, and
+both name the same variant).
 
 The table's `lab_entries` hold the same for lab.softmax (timed as the variant `lab.auto`), over the lab's
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the

@@ -67,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"timed repetitions per point in ms (default {bench.REP_MS:g})")
     p.add_argument("--rounds", type=int, default=bench.ROUNDS, metavar="N",
                    help=f"a point's variants and the copy are timed in turn, N rounds over (default {bench.ROUNDS}); "
-                        "--rep is shared among the rounds")
+                        "--rep is shared among the rounds (with --cudagraph each one's replays are timed in one "
+                        "stretch)")
     p.add_argument("--flush-mb", type=int, default=bench.FLUSH_MB, metavar="MB",
                    help=f"the L2 flush written before every timed call, in MB (default {bench.FLUSH_MB}, "
                         "triton.testing.do_bench's); a larger one hides more host time per call")
@@ -305,11 +306,11 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     so that the variant it routes to is not reported with the luck that won it the choice, and auto is
     timed in the same rounds as that variant."""
     dtype = case[0].dtype
-    nbytes = op.bytes_moved(shape, dtype)
+    nbytes, out_shape = op.bytes_moved(shape, dtype), ref.shape
     checked: dict[str, tuple[report.Result, object]] = {}
 
     def timed(names) -> dict:
-        return {n: timed_call(by_name[n].variant, checked[n][1], case, ref.shape) for n in names
+        return {n: timed_call(by_name[n].variant, checked[n][1], case, out_shape) for n in names
                 if checked[n][1] is not None}
 
     by_name = {r.variant.name: r for r in runnable}
@@ -321,13 +322,14 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
         selection = timed(r.variant.name for r in plain)
         if selection:
             for n, t in bench.time_rounds(selection, device, args.warmup, args.rep * SELECTION_SHARE,
-                                          args.cudagraph, args.flush_mb, args.rounds).items():
+                                          args.cudagraph, args.flush_mb, args.rounds, host_check=False).items():
                 res = checked[n][0]
                 res.selection_ms, res.selection_gbps = t.median_ms, bench.gbps(nbytes, t.median_ms)
         so_far = [checked[r.variant.name][0] for r in plain]
         for r in prepared:
             r.variant.prepare(results + so_far)  # e.g. cuda.auto's table from this run so far
             checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
+    del ref  # checked: the float64 reference (twice x's size in float32) is not held through the timing
     calls = timed(r.variant.name for r in runnable)
     if calls:
         src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
@@ -385,14 +387,13 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
             k += 1
             start = time.perf_counter()
             case = op.make_inputs(shape, dtype, device, args.seed)
-            ref = op.reference(*case)
-            point = time_point(op, runnable, sweep, shape, case, ref, device, args, results)
+            point = time_point(op, runnable, sweep, shape, case, op.reference(*case), device, args, results)
             base = next((p for p in point if p.variant == op.baseline and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
                     p.speedup_vs_torch = base.median_ms / p.median_ms
             results += point
-            del case, ref
+            del case
             cells = "  ".join(f"{p.variant}={report.cell(p, args.metrics)}" for p in point)
             took = time.perf_counter() - start
             log(wrap(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}"))
@@ -450,11 +451,12 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     report.write_csv(results, out / "results.csv")
     report.write_wide_csv(results, out / "results_wide.csv")
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
+    together = "in the same run" if args.cudagraph and device.type == "cuda" else "in the same rounds"
     md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
           f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
           f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In "
-          "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way in the "
-          "same rounds. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
+          "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way "
+          f"{together}. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
           "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():

@@ -5,11 +5,13 @@ show as a sawtooth.
 
     python scripts/cluster_rows.py [--n 262144] [--dtype bfloat16] [--m 128,144,...] [--config 20:16 ...]
 
-At each M: the launch table's choice (cluster_plan) on one cluster per row and on a persistent grid, and
-each --config SHAPE:CLUSTER (indices into cuda.cluster's resident shapes, one cluster per row), each
-checked against float64 at the first M, then timed like the lab (do_bench's median, L2 flushed), as %
-of a copy of the same bytes. Ends with the least-squares line time = a + b * M of the plan's choice
-and of the copy: a is the fixed cost of a launch (us), b the time of one more row.
+At each M: the launch table's choice at the first M (cluster_plan: its shape and cluster size) on one
+cluster per row and on a persistent grid (the plan's own grid is marked *), and each --config
+SHAPE:CLUSTER (indices into cuda.cluster's resident shapes, one cluster per row), each checked against
+float64 at the first M, then timed in one stretch each (do_bench's median, L2 flushed), as % of a copy
+of the same bytes timed the same way. Ends with the least-squares line time = a + b * M of each and of
+the copy: a is the fixed cost of a launch (us), b the time of one more row. Row lengths whose plan is
+the streaming path (past 16 CTAs x the largest resident shape) are refused: it has no resident shape.
 """
 
 from __future__ import annotations
@@ -60,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("cluster_rows: needs a CUDA GPU")
     load_extension()
     dtype, tuned = DTYPES[args.dtype], torch.ops.lab_tune.cluster
-    shape, cluster, _ = torch.ops.lab_tune.cluster_plan(args.n, dtype, ms[0])
-    configs = [(shape, cluster, False, "plan"), (shape, cluster, True, "plan, persistent")]
+    shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(args.n, dtype, ms[0])
+    if shape < 0:
+        sys.exit(f"cluster_rows: N = {args.n} takes cuda.cluster's streaming path, which has no resident shape")
+    configs = [(shape, cluster, False, "plan" + ("" if persistent else "*")),
+               (shape, cluster, True, "plan, persistent" + ("*" if persistent else ""))]
     configs += [(s, c, False, f"{s}:{c}") for s, c in args.config]
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, N = {args.n}; % of a copy of the same bytes")
     times: dict[str, list[float]] = {label: [] for *_, label in configs} | {"copy": []}

@@ -7,7 +7,8 @@ the shape's registers and fills at least a quarter of them. Packed shapes (label
 elements held two to a register) run for float16 and bfloat16 only; --shapes packed times only
 them (with --dtype bfloat16, the measurement the packed path waits for), --shapes float only the
 others. Each configuration is checked against float64 before it is timed (median of
-do_bench, L2 flushed), like the lab's own variants. Prints, per point, the best configuration, the
+do_bench, L2 flushed, each configuration in one stretch; the lab itself times a point's variants in
+interleaved rounds). Prints, per point, the best configuration, the
 one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
 writes every measurement as JSON.
 

@@ -42,3 +42,11 @@ def test_times_the_plan_at_each_row_count(capsys):
     assert cluster_rows.main(["--n", "65536", "--m", "4,8", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert out.count("M = ") == 2 and "plan, persistent" in out and "time = " in out
+    assert out.count("*") >= 2  # the plan's own grid marked, in a line of each M at least
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a GPU with thread-block clusters (sm_90)")
+def test_the_streaming_path_is_refused():
+    with pytest.raises(SystemExit, match="streaming path"):
+        cluster_rows.main(["--n", str(2**21), "--m", "1"])

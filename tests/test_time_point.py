@@ -51,7 +51,7 @@ def test_auto_is_prepared_from_a_selection_pass_then_timed_with_the_others():
     assert all(r.status == "ok" and r.gbps > 0 and "2 interleaved rounds" in r.timing for r in point)
     assert by_name["torch.auto_like"].selection_gbps is None  # timed only in the rounds
     assert by_name["torch.a"].selection_gbps > 0 and by_name["torch.b"].selection_ms > 0
-    assert len({r.copy_gbps for r in point}) == 1  # one copy, timed in the same rounds
+    assert point[0].copy_gbps > 0 and len({r.copy_gbps for r in point}) == 1  # one copy, timed in the same rounds
 
 
 def test_a_variant_that_fails_its_check_is_neither_selected_nor_timed():

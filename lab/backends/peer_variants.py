@@ -15,7 +15,7 @@ Neither takes an `out` tensor: both allocate their output, as torch.softmax does
 
 QuACK compiles a kernel for each (dtype, N) on its first call, in about a second. The harness never
 times a first call: the correctness suite, and again the check of each sweep point on that point's
-own input, run the kernel before bench.time_fn sees it (and do_bench warms up as well).
+own input, run the kernel before bench.time_rounds sees it (and it warms each call up as well).
 """
 
 from __future__ import annotations
