@@ -157,6 +157,20 @@ def _with_host_check(fn: Callable[[], object], quantiles: tuple[float, float, fl
     return Timing(med, p20, p80, host, flush_us, long_ms, long_mb)
 
 
+def timed_call(kernel: Callable[..., object], case: tuple[torch.Tensor, ...], writes_out: bool,
+               out_shape: torch.Size) -> Callable[[], object]:
+    """The call to time: a kernel that writes into an output it is given (writes_out) gets one allocated
+    for each call, from PyTorch's caching allocator, and dropped after it, as the kernels that allocate
+    their own do; so every call's output is the same block, the one the call before freed. On the H200
+    the very same kernel moved by up to 1% with the address of its output (scripts/output_address.py:
+    131.2 against 132.5 us at float32 4096x16384, each output timed in the same rounds), and an output
+    kept per variant would rank the variants by where their outputs happened to lie."""
+    if not writes_out:
+        return lambda: kernel(*case)
+    x = case[0]
+    return lambda: kernel(*case, torch.empty(out_shape, dtype=x.dtype, device=x.device))
+
+
 def round_orders(names: list[str], rounds: int, seed: int = ORDER_SEED) -> list[list[str]]:
     """The order of the calls in each round: shuffled anew every round (random.Random(seed + round), the
     same on every run), so that no call always runs first or after the same neighbour. A call after a

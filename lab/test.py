@@ -275,19 +275,6 @@ def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing,
         res.pct_modeled = 100 * res.gbps / res.modeled_gbps
 
 
-def timed_call(v: Variant, kernel, case: tuple[torch.Tensor, ...], out_shape: torch.Size):
-    """The call to time: a variant that writes into an output it is given gets one allocated for each call,
-    from PyTorch's caching allocator, and dropped after it, as the variants that allocate their own do;
-    so every variant's output is the same block, the one the call before freed. On the H200 the very same
-    kernel moved by up to 1% with the address of its output (scripts/output_address.py: 131.2 against
-    132.5 us at float32 4096x16384, each output timed in the same rounds), and an output kept per
-    variant would rank the variants by where their outputs happened to lie."""
-    if not v.writes_out:
-        return lambda: kernel(*case)
-    x = case[0]
-    return lambda: kernel(*case, torch.empty(out_shape, dtype=x.dtype, device=x.device))
-
-
 SELECTION_SHARE = 0.25
 """The selection pass's timed calls, as a share of --rep (time_point)."""
 COPY = "copy"  # the copy ceiling's name among a point's timed calls
@@ -298,7 +285,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
                results: list[report.Result]) -> list[report.Result]:
     """Every variant at one point, in the runnable order: each checked before it is timed, then all the
     checked ones and a copy of the same bytes timed together in interleaved rounds (bench.time_rounds),
-    each output allocated per call (timed_call).
+    each output allocated per call (bench.timed_call).
     A variant with a `prepare` (auto: its dispatch table from this run's results) is prepared from a
     selection pass first: the other variants timed in rounds for SELECTION_SHARE of --rep, their medians
     kept as selection_ms and selection_gbps (what the table is built from), and only then checked and
@@ -310,7 +297,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     checked: dict[str, tuple[report.Result, object]] = {}
 
     def timed(names) -> dict:
-        return {n: timed_call(by_name[n].variant, checked[n][1], case, out_shape) for n in names
+        return {n: bench.timed_call(checked[n][1], case, by_name[n].variant.writes_out, out_shape) for n in names
                 if checked[n][1] is not None}
 
     by_name = {r.variant.name: r for r in runnable}

@@ -5,7 +5,7 @@ is built from. Runs on the CPU with torch kernels standing in for variants."""
 import pytest
 import torch
 
-from lab import dispatch, inputs
+from lab import bench, dispatch, inputs
 from lab import test as lab_test
 from lab.operators.softmax import SOFTMAX
 from lab.registry import Traffic, Variant, variants
@@ -86,7 +86,7 @@ def test_the_table_is_built_from_the_selection_pass():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_variants_write_to_one_block_on_a_gpu():
-    """Each variant given an output gets one per call from the caching allocator (timed_call), so that
+    """Each variant given an output gets one per call from the caching allocator (bench.timed_call), so that
     it writes where the one before it wrote, and where the operator's baseline, which allocates its own, does."""
     case = SOFTMAX.make_inputs(inputs.Shape(256, 1000), torch.float32, torch.device("cuda"), 0)
     ref = SOFTMAX.reference(*case)
@@ -95,7 +95,7 @@ def test_the_variants_write_to_one_block_on_a_gpu():
     for v in variants("softmax"):
         if v.name not in names or v.unavailable_on("cuda") or v.skip_reason(inputs.Shape(256, 1000), torch.float32):
             continue
-        y = lab_test.timed_call(v, v.kernel(), case, ref.shape)()
+        y = bench.timed_call(v.kernel(), case, v.writes_out, ref.shape)()
         addresses[v.name] = y.data_ptr()
         del y
     assert len(addresses) > 2 and len(set(addresses.values())) == 1, addresses
