@@ -13,7 +13,9 @@ call's median is taken over all its rounds' samples. A GPU's speed drifts over s
 temperature, the memory's state), and on a tensor of a few MB one stretch per variant ranked two
 timings of the very same kernel 5% apart (the H200 run at 5d3818b, float32 4096x1024: lab.auto at
 0.947x cuda.register_cached, the kernel of its route); in rounds every call is timed across the same
-stretches of time.
+stretches of time. Before every stretch of calls (and before time_gpu's timed calls), `l2_reset` runs the
+same work whatever ran before: the flush alone leaves part of an input in the L2 after some stretches and
+not after others, a steady 6-12% on tensors of a few to a few tens of MB (see l2_reset).
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ FLUSH_MB = 256  # triton.testing.do_bench's L2 flush: 256 MB written before ever
 ROUNDS = 5  # time_rounds: the calls of a point timed in turn, five times over
 ORDER_SEED = 0  # round_orders' shuffles
 HOST_CALLS = 20  # back-to-back calls timed on the host for a call's host time
+RESET_CALLS = 20  # l2_reset: flushed copies of an L2-sized buffer before every timed stretch
 LONG_FLUSH_MAX_MB = 8192  # the longest flush for the host-bound check (about 2 ms of an H200's writes)
 
 # How a timing was taken, as the reports say it.
-DO_BENCH = "median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write)"
+DO_BENCH = ("median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write) and reset "
+            "before every stretch of calls (copies of an L2-sized buffer)")
 ROUNDS_NOTE = ", a point's variants and the copy timed in {rounds} interleaved rounds"
 CUDAGRAPH = "median of CUDA graph replays (triton.testing.do_bench_cudagraph): no launch overhead, L2 not flushed"
 WALL_CLOCK = "CPU wall clock, one thread (no cache flush)"
@@ -77,6 +81,49 @@ def flush_buffer(flush_mb: int) -> tuple[torch.Tensor, float]:
         # The write timed as any call is: after a write of the buffer, between two events.
         _FLUSH[key] = buf, statistics.median(timed_calls(buf.zero_, buf, 10)) * 1e3
     return _FLUSH[key]
+
+
+_RESET: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def l2_reset(buf: torch.Tensor, calls: int = RESET_CALLS) -> None:
+    """The same stretch of work before every timed stretch, whatever ran before it: `calls` copies of a
+    buffer the size of the L2 into another, each after writing the flush buffer `buf`.
+
+    Why: the flush does not empty the L2 of everything. On the H200 a stretch of one kernel's flushed calls
+    ran at one of two steady levels, set by the stretch before it and kept for as long as the kernel ran
+    (10,000 calls): bfloat16 4096x4096, cuda.auto 19.9 us after a stretch of torch.compile's or
+    triton.looped's calls, 21.2 after a copy's, against 21.0 for a copy of the same bytes; 11.6 against
+    13.2 us at 4096x2048 (scripts/call_series.py, scripts/neighbours.py; results/h200/experiments/
+    l2_state_1ed3e15/). Neither the SM clock (1980 MHz throughout), nor the output's address, nor 40 ms of
+    the kernel's own calls first, nor a flush that copies instead of writing changed it: the faster level
+    is part of the input surviving the flush in the L2, protected by earlier hits. A few flushed copies of
+    an L2-sized buffer hit their own lines and take that place; after them (10 or 50 alike) no neighbour
+    gave the faster level. The same neighbour before the same variant at every point (seeded orders) had
+    made that a bias, not noise: lab.auto behind torch.jit_naive in three of five rounds."""
+    dev = torch.cuda.current_device()
+    if dev not in _RESET:
+        size = torch.cuda.get_device_properties(dev).L2_cache_size
+        src = torch.ones(max(size, 2**20), dtype=torch.uint8, device="cuda")
+        _RESET[dev] = src, torch.empty_like(src)
+    src, dst = _RESET[dev]
+    for _ in range(calls):
+        buf.zero_()
+        dst.copy_(src)
+
+
+class CopyFlush:
+    """A flush that reads and writes (scripts/neighbours.py and call_series.py --flush copy): each call
+    (`zero_`, the name timed_calls calls) copies one half of `flush_mb` MB into the other. Tried against
+    the L2 state above, it did not change it; the lab flushes by writing, as do_bench does."""
+
+    def __init__(self, flush_mb: int):
+        half = flush_mb * 2**20 // 2
+        self.src = torch.ones(half, dtype=torch.uint8, device="cuda")
+        self.dst = torch.empty_like(self.src)
+
+    def zero_(self) -> None:
+        self.dst.copy_(self.src)
 
 
 def host_us(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
@@ -124,6 +171,7 @@ def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms:
     n_warmup, n_repeat = max(1, int(warmup_ms / estimate_ms)), max(1, int(rep_ms / estimate_ms))
     for _ in range(n_warmup):
         fn()
+    l2_reset(buf)
     return quantiles(timed_calls(fn, buf, n_repeat))
 
 
@@ -211,7 +259,9 @@ def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms
         per_round[name] = max(1, int(rep_ms / rounds / estimate_ms))
 
     def sample(fn: Callable[[], object], count: int) -> list[float]:
-        for _ in range(max(1, count // 10)):  # a few calls again after the other variants ran
+        l2_reset(buf)  # the same L2 state before every stretch, whatever ran before
+        for _ in range(max(1, count // 10)):  # a few flushed calls again after the other variants ran
+            buf.zero_()
             fn()
         return timed_calls(fn, buf, count)
 
