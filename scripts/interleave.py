@@ -5,7 +5,8 @@ do_bench's loop with the L2 flushed before every call). This script does the sam
 shapes asked for, with more rounds, a choice of flush sizes and the spread of the rounds printed: on
 tensors of a few MB a kernel runs for 4-15 us, and one round's median can differ from the next by several
 percent. Each round is the same loop as do_bench (the L2 flushed by writing a buffer before every call,
-CUDA events around the call), in a new order every round (lab.bench.round_orders). A larger
+CUDA events around the call), in a new order every round (lab.bench.round_orders), each variant's
+stretch after the lab's L2 reset (lab.bench.l2_reset). A larger
 flush buffer keeps the GPU busy longer before each call, so a call whose host work outlasts the flush
 (its launch reaching the GPU late, the wait counted in its time) reads faster with it. Beside each
 timing, the host time of one call (the mean over back-to-back calls, no synchronisation between them).
@@ -57,7 +58,8 @@ def kernels_of(names: list[str], by_name: dict) -> tuple[dict, dict[str, str]]:
 
 def checked_calls(kernels: dict, by_name: dict, x: torch.Tensor, ref: torch.Tensor) -> tuple[dict, dict, dict]:
     """Per variant that takes x, the call to time (into an output it is given, where the variant writes
-    one), once its result matched ref; and, by name, why the others were skipped or what their check found."""
+    one; a per_shape variant's kernel built anew for x), once its result matched ref; and, by name, why
+    the others were skipped or what their check found."""
     fns, skipped, failed = {}, {}, {}
     shape = inputs.Shape.of(x)
     for n, k in kernels.items():
@@ -65,6 +67,8 @@ def checked_calls(kernels: dict, by_name: dict, x: torch.Tensor, ref: torch.Tens
         if reason := v.skip_reason(shape, x.dtype):
             skipped[n] = reason
             continue
+        if v.per_shape:  # built for each shape (torch.compile: one graph per shape, no recompile limit)
+            k = v.kernel()
         c = check.check(k, x, v.writes_out, ref)  # correct before timed
         if not c.ok:
             failed[n] = c.summary()
@@ -80,7 +84,9 @@ def interleaved_rounds(fns: dict, flush: torch.Tensor, rounds: int, reps: int) -
 
 
 def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
-    """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us)."""
+    """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us), after
+    the lab's L2 reset (bench.l2_reset: the same L2 state whatever ran before) and a few flushed calls."""
+    bench.l2_reset(flush)
     for _ in range(max(3, reps // 10)):  # warm-up
         flush.zero_()
         fn()

@@ -42,3 +42,25 @@ def test_times_each_variant_each_round(capsys):
     assert len(lines) == 2 * len(names), lines
     for line in lines:
         assert "median" in line and "host" in line, line  # timed, not skipped or failed
+
+
+def test_a_per_shape_variant_is_built_for_each_shape():
+    """torch.compile's variant compiles one graph per shape (per_shape): checked_calls builds it anew at
+    each shape, as the lab does, so a script timing many shapes never reaches Dynamo's recompile limit
+    (tune_register_cached.py had torch.compile fail its check at the ninth shape)."""
+    from lab.registry import Traffic, Variant
+
+    built = []
+
+    def build():
+        built.append(1)
+        return lambda x, out=None: torch.softmax(x, -1)
+
+    v = Variant(op="softmax", name="test.per_shape", backend="torch", description="a per-shape build",
+                build=build, traffic=Traffic(1, 1), per_shape=True, runs_on_cpu=True)
+    for n in (8, 16, 32):
+        x = torch.randn(4, n)
+        fns, skipped, failed = interleave.checked_calls({v.name: v.kernel()}, {v.name: v}, x,
+                                                        torch.softmax(x.double(), -1))
+        assert set(fns) == {v.name} and not skipped and not failed
+    assert len(built) == 3 + 3  # the test's own v.kernel() at each shape, and checked_calls' build there
