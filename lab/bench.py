@@ -166,7 +166,8 @@ def _estimate_ms(fn: Callable[[], object], buf: torch.Tensor) -> float:
 
 def _loop(fn: Callable[[], object], buf: torch.Tensor, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
     """triton.testing.do_bench's loop: the number of warm-up and timed calls from an estimate over 5 calls,
-    each timed call after writing `buf`, between two CUDA events; (median, p20, p80) in ms."""
+    the warm-up, then l2_reset, then the timed calls, each after writing `buf`, between two CUDA events;
+    (median, p20, p80) in ms."""
     estimate_ms = _estimate_ms(fn, buf)
     n_warmup, n_repeat = max(1, int(warmup_ms / estimate_ms)), max(1, int(rep_ms / estimate_ms))
     for _ in range(n_warmup):
@@ -225,8 +226,10 @@ def round_orders(names: list[str], rounds: int, seed: int = ORDER_SEED) -> list[
     slow one, or after one that leaves the GPU cooler or hotter, may run faster or slower for it: the
     a5e3879 run rotated one fixed order, which keeps every call behind the same neighbour, and there
     cuda.auto read 1.2% slower than the kernel it runs (bfloat16 2097152x32: 68.1 against 67.3 us,
-    cuda.register_cached behind cuda.online, cuda.auto behind cuda.grid_split). New neighbours every
-    round spread any such effect over all calls."""
+    cuda.register_cached behind cuda.online, cuda.auto behind cuda.grid_split). The orders are the same
+    at every point of a run (the same names, the same seeds), so shuffling alone still put a variant
+    behind the same neighbours at every point; what the neighbour before leaves in the L2 is removed by
+    l2_reset before every stretch, and the shuffle spreads what remains."""
     return [random.Random(seed + r).sample(names, len(names)) for r in range(rounds)]
 
 

@@ -1,14 +1,18 @@
-"""Stretches of calls, one after another: how a call's time moves over time and from one stretch to the
-next, beside the GPU's clocks and power. The lab times a point's variants in short stretches (lab.bench.time_rounds);
-if the GPU drifts between states over tens of milliseconds, a stretch's median depends on the state it
-met, and so on the stretch before it (scripts/neighbours.py).
+"""Stretches of calls, one after another: how a call's time moves within a stretch and from one stretch
+to the next, beside the GPU's clocks and power. The lab times a point's variants in short stretches
+(lab.bench.time_rounds); on the H200 a stretch's median depended on the stretch before it, through what
+that stretch left in the L2 (scripts/neighbours.py, results/h200/experiments/l2_state_1ed3e15/), which
+lab.bench.l2_reset now removes before every stretch.
 
-    python scripts/call_series.py --sequence cuda.auto,torch.compile,cuda.auto,copy,cuda.auto \\
+    python scripts/call_series.py --sequence cuda.auto,torch.compile,cuda.auto,copy,l2-reset,cuda.auto \\
         --shape 4096x4096 --dtype bfloat16 [--calls 2000]
 
-Each stretch is --calls calls of one variant (or of a copy of the same bytes); 'reset-l2' between two
-stretches calls cudaCtxResetPersistingL2Cache. Each call is timed as in the lab's rounds: after writing
-do_bench's 256 MB flush buffer, between CUDA events; the variants are checked against the float64
+Each stretch is --calls calls of one variant (or of 'copy', a copy of the same bytes). Between two
+stretches, 'l2-reset' runs lab.bench.l2_reset (the lab's reset before each stretch) and
+'reset-persisting' calls cudaCtxResetPersistingL2Cache (which changed nothing on the H200; the
+experiment's files name it 'reset-l2', its first name). Each call is timed after the flush (--flush
+write: do_bench's 256 MB write; copy: 128 MB copied into 128 MB), between CUDA events, with no reset
+and no untimed calls between stretches unless asked for; the variants are checked against the float64
 reference first. Each stretch prints its median, then its calls in windows of --window: each window's
 start (ms from the stretch's first call, on the GPU's clock), median and p20-p80 (us), and the SM and
 memory clocks (MHz), power (W) and temperature (C) that nvidia-smi sampled (every 20 ms, in a process
@@ -39,7 +43,8 @@ from lab import bench, inputs  # noqa: E402
 from lab.operators.softmax import SOFTMAX  # noqa: E402
 
 SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu"
-RESET = "reset-l2"
+RESET = "reset-persisting"  # cudaCtxResetPersistingL2Cache
+LAB_RESET = "l2-reset"  # lab.bench.l2_reset
 
 
 def series(fn, flush: torch.Tensor, calls: int) -> tuple[list[float], list[float]]:
@@ -96,7 +101,7 @@ def calls_of(names: list[str], x: torch.Tensor, dtype: torch.dtype, shape: input
         src = torch.empty(max(1, SOFTMAX.bytes_moved(shape, dtype) // 2), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         fns["copy"] = lambda: dst.copy_(src)
-    wanted = [n for n in dict.fromkeys(names) if n not in ("copy", RESET)]
+    wanted = [n for n in dict.fromkeys(names) if n not in ("copy", RESET, LAB_RESET)]
     if wanted:
         by_name = softmax_variants(wanted, ",".join(wanted), "call_series")
         kernels, unavailable = kernels_of(wanted, by_name)
@@ -112,8 +117,8 @@ def calls_of(names: list[str], x: torch.Tensor, dtype: torch.dtype, shape: input
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sequence", required=True,
-                   help=f"comma-separated stretches in turn: softmax variants, 'copy' (a copy of the same bytes) "
-                        f"or '{RESET}' (cudaCtxResetPersistingL2Cache, no calls)")
+                   help=f"comma-separated stretches in turn: softmax variants, 'copy' (a copy of the same bytes), "
+                        f"'{LAB_RESET}' (lab.bench.l2_reset) or '{RESET}' (cudaCtxResetPersistingL2Cache)")
     p.add_argument("--shape", type=inputs.Shape.parse, required=True, help="MxN")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="bfloat16")
     p.add_argument("--calls", type=int, default=2000, help="calls per stretch")
@@ -130,28 +135,35 @@ def main(argv: list[str] | None = None) -> int:
     x = inputs.make_input(args.shape, dtype, "cuda")
     fns = calls_of(names, x, dtype, args.shape)
     flush = bench.flush_buffer(bench.FLUSH_MB)[0] if args.flush == "write" else bench.CopyFlush(bench.FLUSH_MB)
-    smi_log = Path(tempfile.mkdtemp()) / "smi.csv"
-    smi = None
-    if shutil.which("nvidia-smi"):
-        with open(smi_log, "w") as f:
-            smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader", "-lms", "20"],
-                                   stdout=f, stderr=subprocess.DEVNULL)
-        time.sleep(0.2)
-    stretches = []
-    for n in names:
-        if n == RESET:
+    smi_dir = Path(tempfile.mkdtemp())
+    smi_log, smi = smi_dir / "smi.csv", None
+    try:
+        if shutil.which("nvidia-smi"):
+            with open(smi_log, "w") as f:
+                smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader",
+                                        "-lms", "20"], stdout=f, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+        stretches = []
+        for n in names:
             torch.cuda.synchronize()
-            reset_persisting_l2()
-            stretches.append((n, time.time(), [], []))
-            continue
-        torch.cuda.synchronize()
-        t0 = time.time()
-        stretches.append((n, t0, *series(fns[n], flush, args.calls)))
-    if smi:
-        time.sleep(0.1)
-        smi.terminate()
-        smi.wait()
-    samples = read_smi(smi_log) if smi else []
+            if n in (RESET, LAB_RESET):
+                if n == RESET:
+                    reset_persisting_l2()
+                else:
+                    bench.l2_reset(flush)
+                torch.cuda.synchronize()
+                stretches.append((n, time.time(), [], []))
+                continue
+            t0 = time.time()
+            stretches.append((n, t0, *series(fns[n], flush, args.calls)))
+        if smi:
+            time.sleep(0.1)
+    finally:  # the sampler stops and its log goes, whatever happened (an error, Ctrl-C)
+        if smi:
+            smi.terminate()
+            smi.wait()
+        samples = read_smi(smi_log) if smi else []
+        shutil.rmtree(smi_dir, ignore_errors=True)
     print(f"{torch.cuda.get_device_name()}, {args.dtype} {args.shape.label}: {args.calls} flushed calls a stretch, "
           f"windows of {args.window}; us; clocks MHz, power W, temperature C (nvidia-smi, 20 ms)")
     for n, t0, times, starts in stretches:

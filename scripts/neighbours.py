@@ -9,11 +9,13 @@ neighbour leaves behind: its freed temporaries).
 
 Each variant is checked against the float64 reference before it is timed (scripts/interleave.py's
 checked_calls); the neighbours are every other softmax variant of the registry that runs here (or those
-named by --variants), and the copy of the same bytes. A stretch is --reps calls, each after writing
-do_bench's 256 MB flush buffer, timed by CUDA events, as in the lab's rounds; the target's own stretch
-follows its neighbour's at once. With --empty-cache the caching allocator's unused blocks are released
-(torch.cuda.empty_cache) between the neighbour's stretch and the target's; with --settle-ms the target
-first runs its own flushed calls for that long, untimed.
+named by --variants), and the copy of the same bytes. A stretch is --reps calls, each after the flush
+(--flush write: do_bench's 256 MB write; copy: 128 MB copied into 128 MB), timed by CUDA events, after
+a tenth of them unflushed: the lab's rounds as they were before lab.bench.l2_reset (the lab now flushes
+those calls too). By default the target's stretch follows its neighbour's at once. Between the two:
+--empty-cache releases the caching allocator's unused blocks (torch.cuda.empty_cache); --reset N runs
+lab.bench.l2_reset with N copies (the lab uses 20); --settle-ms has the target run its own flushed calls
+for that long, untimed. The evidence these produced is in results/h200/experiments/l2_state_1ed3e15/.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.reps < 1 or args.repeat < 1:
         sys.exit("neighbours: --reps and --repeat must be at least 1")
+    if args.reset < 0 or args.settle_ms < 0:
+        sys.exit("neighbours: --reset and --settle-ms must not be negative")
     all_names = [v.name for v in variants() if v.op == "softmax"]
     names = [n.strip() for n in args.variants.split(",") if n.strip()] if args.variants else all_names
     if args.target not in names:

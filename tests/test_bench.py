@@ -105,24 +105,41 @@ def test_rounds_on_a_gpu_time_what_a_single_stretch_times():
 
 def test_every_timed_stretch_follows_the_l2_reset(monkeypatch):
     """On a GPU each stretch of a call's timed samples comes right after bench.l2_reset (the same L2 state
-    whatever ran before) and a few flushed calls; nothing of another call runs between the reset and the
-    stretch. The GPU's parts are stood in for here, so that this runs without one."""
+    whatever ran before) and a few flushed calls of that same call; nothing else runs between the reset
+    and the stretch. The GPU's parts are stood in for here, so that this runs without one."""
     events: list[str] = []
 
     class Flush:
         def zero_(self):
             events.append("flush")
 
+    def timed_calls(fn, buf, n):
+        events.append("stretch")
+        fn()  # names the call the stretch times
+        return [1.0] * n
+
     monkeypatch.setattr(bench, "flush_buffer", lambda mb: (Flush(), 60.0))
     monkeypatch.setattr(bench, "_estimate_ms", lambda fn, buf: 1.0)
     monkeypatch.setattr(bench, "l2_reset", lambda buf, calls=bench.RESET_CALLS: events.append("reset"))
-    monkeypatch.setattr(bench, "timed_calls", lambda fn, buf, n: (events.append("stretch"), [1.0] * n)[1])
+    monkeypatch.setattr(bench, "timed_calls", timed_calls)
     calls = {name: (lambda name=name: events.append(name)) for name in "ab"}
-    t = bench._gpu_rounds(calls, warmup_ms=2, rep_ms=30, flush_mb=256, rounds=3, warm=(), host_check=False)
+    # 60 ms over 3 rounds at 1 ms a call: 20 timed calls a round, after 2 flushed ones
+    t = bench._gpu_rounds(calls, warmup_ms=2, rep_ms=60, flush_mb=256, rounds=3, warm=(), host_check=False)
     assert set(t) == {"a", "b"} and t["a"].median_ms == 1.0
     stretches = [i for i, e in enumerate(events) if e == "stretch"]
     assert len(stretches) == 2 * 3 == events.count("reset")
     for i in stretches:
+        name = events[i + 1]
         last_reset = max(j for j in range(i) if events[j] == "reset")
-        between = events[last_reset + 1:i]  # flushed calls of the stretch's own call, and nothing else
-        assert set(between) in ({"flush", "a"}, {"flush", "b"}) and between[0] == "flush", between
+        assert events[last_reset + 1:i] == ["flush", name] * 2, events[last_reset + 1:i]
+
+
+def test_a_single_stretch_takes_the_l2_reset_after_its_warm_up(monkeypatch):
+    """time_gpu's loop (the scripts' timing): do_bench's warm-up calls, then bench.l2_reset, then the timed
+    calls."""
+    events: list[str] = []
+    monkeypatch.setattr(bench, "_estimate_ms", lambda fn, buf: 1.0)
+    monkeypatch.setattr(bench, "l2_reset", lambda buf, calls=bench.RESET_CALLS: events.append("reset"))
+    monkeypatch.setattr(bench, "timed_calls", lambda fn, buf, n: (events.append(f"timed {n}"), [1.0] * n)[1])
+    assert bench._loop(lambda: events.append("call"), object(), warmup_ms=3, rep_ms=5) == (1.0, 1.0, 1.0)
+    assert events == ["call"] * 3 + ["reset", "timed 5"]

@@ -30,7 +30,7 @@ def test_an_unknown_neighbour_is_named():
         neighbours.main(["--target", SOFTMAX[0], "--variants", "nope.nothing", "--shape", "4x8"])
 
 
-@pytest.mark.parametrize("bad", [["--reps", "0"], ["--repeat", "0"]])
+@pytest.mark.parametrize("bad", [["--reps", "0"], ["--repeat", "0"], ["--reset", "-1"], ["--settle-ms", "-2"]])
 def test_neighbours_refuses_bad_counts(bad):
     with pytest.raises(SystemExit, match="neighbours: "):
         neighbours.main(["--target", SOFTMAX[0], "--shape", "4x8", *bad])
@@ -64,10 +64,10 @@ def test_neighbours_times_the_target_after_each(capsys):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_call_series_prints_each_stretch(capsys):
-    seq = [CUDA[0], "reset-l2", "copy", CUDA[0]]
+    seq = [CUDA[0], "l2-reset", "copy", "reset-persisting", CUDA[0]]
     assert call_series.main(["--sequence", ",".join(seq), "--shape", "256x1000", "--calls", "30",
                              "--window", "10"]) == 0
     out = capsys.readouterr().out
     heads = [line for line in out.splitlines() if line.startswith("== ")]
     assert [h.split(":")[0].removeprefix("== ") for h in heads] == seq
-    assert sum("window medians by level" in line for line in out.splitlines()) == 3  # not for the reset
+    assert sum("window medians by level" in line for line in out.splitlines()) == 3  # not for the resets
