@@ -1,6 +1,6 @@
-"""scripts/neighbours.py and scripts/call_series.py: how a stretch of timed calls depends on the stretch
-before it (the evidence behind bench.l2_reset). GPU only; here their arguments and refusals, and on a
-GPU one small run of each."""
+"""scripts/neighbours.py, call_series.py and event_vs_kernel.py: how a timed call depends on the stretch
+before it (the evidence behind bench.l2_reset), and what it holds besides its kernel. GPU only; here
+their arguments and refusals, and on a GPU one small run of each."""
 
 import importlib.util
 
@@ -71,3 +71,21 @@ def test_call_series_prints_each_stretch(capsys):
     heads = [line for line in out.splitlines() if line.startswith("== ")]
     assert [h.split(":")[0].removeprefix("== ") for h in heads] == seq
     assert sum("window medians by level" in line for line in out.splitlines()) == 3  # not for the resets
+
+
+event_vs_kernel = _script("event_vs_kernel")
+
+
+def test_event_vs_kernel_names_an_unknown_variant_and_refuses_bad_counts():
+    with pytest.raises(SystemExit, match="no softmax variant named nope.nothing"):
+        event_vs_kernel.main(["--variants", "nope.nothing", "--shape", "4x8"])
+    with pytest.raises(SystemExit, match="event_vs_kernel: "):
+        event_vs_kernel.main(["--variants", SOFTMAX[0], "--shape", "4x8", "--calls", "0"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_event_vs_kernel_splits_a_call_into_its_kernels_and_the_rest(capsys):
+    assert event_vs_kernel.main(["--variants", CUDA[0], "--shape", "256x1000", "--calls", "20",
+                                 "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{CUDA[0]}: event median" in out and "a call; outside them" in out
