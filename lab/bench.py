@@ -96,11 +96,12 @@ def l2_reset(buf: torch.Tensor, calls: int = RESET_CALLS) -> None:
     triton.looped's calls, 21.2 after a copy's, against 21.0 for a copy of the same bytes; 11.6 against
     13.2 us at 4096x2048 (scripts/call_series.py, scripts/neighbours.py; results/h200/experiments/
     l2_state_1ed3e15/). Neither the SM clock (1980 MHz throughout), nor the output's address, nor 40 ms of
-    the kernel's own calls first, nor a flush that copies instead of writing changed it: the faster level
-    is part of the input surviving the flush in the L2, protected by earlier hits. A few flushed copies of
-    an L2-sized buffer hit their own lines and take that place; after them (10 or 50 alike) no neighbour
-    gave the faster level. The same neighbour before the same variant at every point (seeded orders) had
-    made that a bias, not noise: lab.auto behind torch.jit_naive in three of five rounds."""
+    the kernel's own calls first, nor a flush that copies instead of writing changed it. The faster level,
+    faster than a copy of the same bytes, reads part of its input from the L2: part of it survived the
+    flush (which stretches leave it there, and why, was not measured beyond this). After a few flushed
+    copies of an L2-sized buffer (10 or 50 alike) no neighbour gave the faster level. The same neighbour
+    before the same variant at every point (seeded orders) had made that a bias, not noise: lab.auto
+    behind torch.jit_naive in three of five rounds."""
     dev = torch.cuda.current_device()
     if dev not in _RESET:
         size = torch.cuda.get_device_properties(dev).L2_cache_size
