@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     flush, _ = bench.flush_buffer(bench.FLUSH_MB)
     events: dict[str, list[float]] = {n: [] for n in fns}
     gpu: dict[str, list[dict]] = {n: [] for n in fns}
-    for r in range(args.rounds):
-        for n in bench.round_orders(list(fns), args.rounds)[r]:
+    for order in bench.round_orders(list(fns), args.rounds):
+        for n in order:
             bench.l2_reset(flush)
             for _ in range(max(1, args.calls // 10)):
                 flush.zero_()
