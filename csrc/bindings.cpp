@@ -240,7 +240,7 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)
 //   torch.ops.lab_tune.register_cached_shapes(ScalarType dtype) -> int[]   [threads per row, elements
-//       per thread, threads per block, packed] per tuning shape, flattened
+//       per thread, threads per block, packed, staged] per tuning shape, flattened
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
 //       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]
@@ -280,7 +280,7 @@ std::vector<int64_t> tune_register_cached_shapes(at::ScalarType dtype) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   const int* flat = nullptr;
   const int count = lab::register_cached_tune_shapes(lab::to_lab_dtype(probe, "register_cached_shapes"), &flat);
-  return std::vector<int64_t>(flat, flat + 4 * count);
+  return std::vector<int64_t>(flat, flat + lab::kTuneShapeFields * count);
 }
 
 std::vector<int64_t> tune_cluster_shapes() {

@@ -401,16 +401,21 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // in 1.29 at bfloat16 4096x1024): it is not (QuACK's grid here, 32 x 32 in blocks of 128, was no faster
 // than the table's shape; results/h200/experiments/tune_register_cached_*). Their timings did move the
 // table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
-// A tuning shape loads straight into registers: where the table stages a shape (16-bit rows up to
-// 2048), the table's timing and its tuning twin's differ by the staging as well.
+// A tuning shape loads straight into registers unless it is `staged` (below): where the table stages a
+// shape (16-bit rows up to 2048), compare the table's timing with its staged twin's. The staged shapes
+// were added to time QuACK's grids (16 threads of 8 elements at bfloat16 N = 128, 32 threads a row in
+// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
 // as float32's): slower than packed at every length timed.
+// staged: the whole packs copied to shared memory by cp.async first, as the table's `staged` shapes are
+// (within kMaxStagedBytes per block; the kernel's static_assert checks it).
 struct BlockShape {
   int threads_per_row;
   int elems_per_thread;
   int block;
   bool packed = true;
+  bool staged = false;
 };
 constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {8, 4, 128}, {2, 16, 128}, {4, 8, 64}, {4, 8, 256},                              // N <= 32
@@ -420,6 +425,11 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {32, 32, 128}, {32, 32, 64}, {64, 16, 64}, {128, 8, 128}, {256, 4, 256},         // N <= 1024
     {64, 32, 64}, {256, 8, 256}, {32, 64, 128},                                      // N <= 2048
     {128, 32, 128}, {512, 8, 512}, {64, 64, 64},                                     // N <= 4096
+    // staged
+    {32, 4, 128, true, true}, {16, 8, 128, true, true},                             // N <= 128
+    {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
+    {32, 32, 128, true, true}, {64, 16, 64, true, true},                            // N <= 1024
+    {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
 };
 constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs of 8
     {4, 8, 128}, {2, 16, 64}, {2, 16, 256},                                          // N <= 32
@@ -436,6 +446,11 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 32, 128, false}, {32, 32, 256, false}, {64, 16, 64, false}, {128, 8, 128, false},  // N <= 1024
     {64, 32, 64, false}, {128, 16, 128, false},                                      // N <= 2048
     {128, 32, 128, false}, {256, 16, 256, false},                                    // N <= 4096
+    // staged
+    {16, 8, 128, true, true}, {8, 16, 64, true, true},                              // N <= 128
+    {32, 16, 128, true, true}, {32, 16, 64, true, true},                            // N <= 512
+    {32, 32, 128, true, true}, {32, 32, 64, true, true}, {64, 16, 64, true, true},  // N <= 1024
+    {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
 };
 template <typename T>
 constexpr const auto& tune_shapes() {
@@ -504,7 +519,8 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
     if (index == I) {
       constexpr BlockShape s = tune_shapes<T>()[I];
       return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
-               std::integral_constant<int, s.block>{}, std::bool_constant<kPacked<T> && s.packed>{});
+               std::integral_constant<int, s.block>{}, std::bool_constant<kPacked<T> && s.packed>{},
+               std::bool_constant<s.staged>{});
     }
     return dispatch_tune_shape<T, I + 1>(index, f);
   }
@@ -514,11 +530,12 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
 
 int register_cached_tune_shapes(DType dtype, const int** flat) {
   static constexpr auto flatten = [](const auto& shapes, bool can_pack) {
-    std::array<int, 4 * sizeof(shapes) / sizeof(BlockShape)> out{};
-    for (size_t i = 0; i < out.size() / 4; ++i) {
+    std::array<int, kTuneShapeFields * sizeof(shapes) / sizeof(BlockShape)> out{};
+    for (size_t i = 0; i < out.size() / kTuneShapeFields; ++i) {
       const BlockShape& s = shapes[i];
-      out[4 * i] = s.threads_per_row, out[4 * i + 1] = s.elems_per_thread, out[4 * i + 2] = s.block;
-      out[4 * i + 3] = s.packed && can_pack ? 1 : 0;
+      int* o = &out[kTuneShapeFields * i];
+      o[0] = s.threads_per_row, o[1] = s.elems_per_thread, o[2] = s.block;
+      o[3] = s.packed && can_pack ? 1 : 0, o[4] = s.staged ? 1 : 0;
     }
     return out;
   };
@@ -526,7 +543,7 @@ int register_cached_tune_shapes(DType dtype, const int** flat) {
   static constexpr auto k16 = flatten(kTuneShapes16, true);
   const bool wide = dtype == DType::kFloat32;
   *flat = wide ? k32.data() : k16.data();
-  return static_cast<int>((wide ? k32.size() : k16.size()) / 4);
+  return static_cast<int>((wide ? k32.size() : k16.size()) / kTuneShapeFields);
 }
 
 cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStream_t stream) {
@@ -534,10 +551,10 @@ cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStre
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed) {
+    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed, auto staged) {
       if (a.cols > int64_t{decltype(tpr)::value} * decltype(ept)::value) return cudaErrorInvalidValue;
       return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false,
-                         decltype(packed)::value>(a, sms, stream);
+                         decltype(packed)::value, decltype(staged)::value>(a, sms, stream);
     });
   });
 }

@@ -180,12 +180,16 @@ class BlockShape(NamedTuple):
     elems: int
     block: int
     packed: bool  # 16-bit elements held two to a register (else as floats); False for float32
+    staged: bool  # the row's packs copied to shared memory by cp.async first, then read from there
 
     def holds(self, n: int) -> bool:
         return n <= self.threads * self.elems
 
     def label(self) -> str:
-        return f"{self.threads}x{self.elems}/{self.block}{'P' if self.packed else ''}"
+        return f"{self.threads}x{self.elems}/{self.block}{'P' if self.packed else ''}{'S' if self.staged else ''}"
+
+
+BLOCK_SHAPE_FIELDS = len(BlockShape._fields)
 
 
 def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
@@ -193,7 +197,8 @@ def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
     indexes them."""
     load_extension()
     flat = list(torch.ops.lab_tune.register_cached_shapes(dtype))
-    return [BlockShape(*flat[i:i + 3], bool(flat[i + 3])) for i in range(0, len(flat), 4)]
+    n = BLOCK_SHAPE_FIELDS
+    return [BlockShape(*flat[i:i + 3], *map(bool, flat[i + 3:i + n])) for i in range(0, len(flat), n)]
 
 
 def cluster_thresholds(dtype: torch.dtype) -> list[int]:

@@ -47,9 +47,11 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1).
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
-// register_cached's shapes compiled for tuning (register_cached.cu): *flat points at (threads per row,
-// elements per thread, threads per block, packed) quadruples for `dtype` (packed 1: 16-bit elements held
-// two to a register, else as floats); returns how many.
+// register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
+// ints per shape for `dtype`: threads per row, elements per thread, threads per block, packed (1: 16-bit
+// elements held two to a register, else as floats), staged (1: copied to shared memory by cp.async
+// first); returns how many shapes.
+constexpr int kTuneShapeFields = 5;
 int register_cached_tune_shapes(DType dtype, const int** flat);
 
 // register_cached with tuning shape `index` on a grid of one block per row group:
