@@ -420,6 +420,42 @@ def test_register_cached_tune_shape_index_out_of_range():
         torch.ops.lab_tune.register_cached_shape(x, len(cuda_variants.register_cached_shapes(x.dtype)))
 
 
+def _launched_kernels(fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
+# elements per thread, block threads): register_cached.cu's few-rows shapes (FewRowsShape).
+FEW_ROWS = [
+    (torch.bfloat16, 128, 4096, 524288, "16, 8, 128", "8, 16, 64"),
+    (torch.float32, 1024, 4096, 65536, "32, 32, 128", "64, 16, 64"),
+]
+
+
+@pytest.mark.parametrize(("dtype", "n", "few", "many", "few_args", "many_args"), FEW_ROWS,
+                         ids=[f"{dtype_name(f[0])}-{f[1]}" for f in FEW_ROWS])
+def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args):
+    """Where the few-rows shape's grid is resident all at once, cuda.register_cached launches it; with more
+    rows, the table's own shape. Both checked against float64."""
+    for m, args in ((few, few_args), (many, many_args)):
+        x = inputs.make_input(Shape(m, n), dtype, "cuda")
+        names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
+        assert len(names) == 1 and f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}," in names[0], \
+            f"{dtype_name(dtype)} {m}x{n}: launched {names}"
+        res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x))
+        assert res.ok, f"{dtype_name(dtype)} {m}x{n}: {res.summary()}"
+
+
+def _cuda_type(dtype: torch.dtype) -> str:
+    return {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}[dtype]
+
+
 # --- cuda.grid_split: few long rows over the whole GPU, its register limit, its persistent path ---
 
 

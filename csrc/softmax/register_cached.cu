@@ -14,7 +14,8 @@
 // warp_shuffle. Last, the normalized row is written.
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
 // Launch: (threads per row, elements per thread) from kRowShapes32 or kRowShapes16 by the row's
-// length. Warp groups run in 128-thread blocks of 128 / THREADS_PER_ROW rows; a block group is
+// length; where an entry has a few-rows shape and that shape's grid is resident all at once, that one
+// (FewRowsShape). Warp groups run in 128-thread blocks of 128 / THREADS_PER_ROW rows; a block group is
 // one row per block. Blocks stride over rows past the grid's limit.
 // Limits: N <= 16384 (kMaxCols): the row must fit in the group's registers (16 floats per thread
 // of a 1024-thread block in float32, 32 per thread of 512 in 16-bit types); past that the launcher
@@ -35,6 +36,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include <math_constants.h>
@@ -57,12 +61,30 @@ namespace {
 // persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
 // loaded ahead; else one block per row group. Chosen by measurement (both grids of every shape,
 // timed by scripts/tune_cluster.py on the H200; results/h200/tune.json).
+// A second shape for few rows (threads_per_row 0: none): a warp group in kWarpGroupBlock-thread blocks,
+// one block per row group, taken where that grid is resident all at once (the occupancy calculator,
+// asked once per kernel and device). Then every row's loads are in flight together and a call lasts
+// about one row's latency: each thread's loads, reductions, exponentials and stores in series, so fewer
+// elements per thread (more threads per row) shorten it, where with more rows than fit at once the
+// extra threads' per-row work costs throughput. Measured on the H200 (scripts/tune_register_cached.py,
+// interleaved rounds beside QuACK in one call, results/h200/experiments/tune_register_cached_staged_1bc48a9.txt):
+// bfloat16 4096x128 5.26 us with the table's 8 x 16 (64-thread blocks, staged), 5.10 with 16 x 8 in
+// blocks of 128 loaded straight into registers (QuACK's grid; 5.18 staged; QuACK 5.06), where
+// 524288x128 takes 69.26 and 69.86; float32 4096x1024 13.38 with the table's 64 x 16, 13.14 with
+// 32 x 32 in blocks of 128, staged (QuACK's grid and loads; QuACK 13.02), where 65536x1024 takes 130.08
+// and 132.00.
+struct FewRowsShape {
+  int threads_per_row = 0;
+  int elems_per_thread = 0;
+  bool staged = false;
+};
 struct RowShape {
   int max_cols;
   int threads_per_row;
   int elems_per_thread;
   bool persistent;
   bool staged;  // whole packs copied to shared memory by cp.async, then read (one block per row group only)
+  FewRowsShape few = {};
 };
 // float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
@@ -82,7 +104,7 @@ struct RowShape {
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false},     {64, 16, 4, false, false},      {128, 16, 8, false, false},
-    {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false},
+    {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false, {32, 32, true}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -123,7 +145,7 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
 // 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true},
+    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
     {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
@@ -149,6 +171,12 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
     if (int64_t{s.threads_per_row} * s.elems_per_thread < s.max_cols || s.elems_per_thread % pack != 0) return false;
     if (!power_of_two_group(s.threads_per_row)) return false;
     if (i > 0 && table[i - 1].max_cols >= s.max_cols) return false;
+    const FewRowsShape& f = s.few;
+    if (f.threads_per_row != 0 && (int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
+                                   f.elems_per_thread % pack != 0 || !power_of_two_group(f.threads_per_row) ||
+                                   f.threads_per_row > kWarpSize)) {
+      return false;  // the few-rows shape is a warp group holding the entry's rows in whole packs
+    }
   }
   return true;
 }
@@ -171,6 +199,7 @@ constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
     const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
     if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
+    if (s.few.staged && int64_t{s.few.elems_per_thread} * elem_bytes * kWarpGroupBlock > kMaxStagedBytes) return false;
   }
   return true;
 }
@@ -375,18 +404,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   }
 }
 
-// Calls f(threads-per-row constant, elements-per-thread constant) for the first shape of T's table
-// that holds rows of `cols` elements.
+// Calls f(index constant) for the first shape of T's table that holds rows of `cols` elements.
 template <typename T, int I = 0, typename F>
 cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
   if constexpr (I == kShapes) {
     return cudaErrorInvalidValue;  // unreachable: the launcher refuses rows over kMaxCols
   } else {
-    constexpr RowShape s = kRowShapes<T>[I];
-    if (cols <= s.max_cols) {
-      return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
-               s.persistent, std::bool_constant<s.staged>{});
-    }
+    if (cols <= kRowShapes<T>[I].max_cols) return f(std::integral_constant<int, I>{});
     return dispatch_row_shape<T, I + 1>(cols, f);
   }
 }
@@ -481,6 +505,28 @@ constexpr bool block_shapes_hold(const BlockShape (&shapes)[COUNT], int pack) {
 static_assert(block_shapes_hold(kTuneShapes32, 4) && block_shapes_hold(kTuneShapes16, 8),
               "a tuning shape is not whole packs of a power-of-two group in whole blocks");
 
+// How many blocks of `block` threads of `kernel` an SM holds at once on the current device: the occupancy
+// calculator, asked once per (kernel, device, block) and then remembered (asked on every call, it is host
+// time that a small input's kernel cannot hide).
+template <typename Kernel>
+cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
+  using Key = std::tuple<const void*, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  int device = 0;
+  LAB_CUDA_TRY(cudaGetDevice(&device));
+  const Key key{reinterpret_cast<const void*>(kernel), device, block};
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(key);
+  if (it != known.end()) {
+    *per_sm = it->second;
+    return cudaSuccess;
+  }
+  LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, block, 0));
+  known.emplace(key, *per_sm);
+  return cudaSuccess;
+}
+
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
@@ -491,7 +537,7 @@ cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
-    LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, BLOCK, 0));
+    LAB_CUDA_TRY(resident_blocks_per_sm(kernel, BLOCK, &per_sm));
     resident = int64_t{std::max(per_sm, 1)} * sms;
   }
   const int64_t groups = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -569,17 +615,36 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_row_shape<T>(a.cols, [&](auto tpr, auto ept, bool table_persistent, auto staged) {
-      const bool persistent_grid = persistent < 0 ? table_persistent : persistent != 0;
-      constexpr int kThreadsPerRow = decltype(tpr)::value;
-      constexpr int kElems = decltype(ept)::value;
+    return dispatch_row_shape<T>(a.cols, [&](auto index) {
+      constexpr RowShape s = kRowShapes<T>[decltype(index)::value];
+      if constexpr (s.few.threads_per_row > 0) {
+        // Few rows, on a grid of one block per row group (the table's choice or asked for): the few-rows
+        // shape where its whole grid is resident at once (see FewRowsShape).
+        constexpr FewRowsShape f = s.few;
+        constexpr int kRowsPerBlock = kWarpGroupBlock / f.threads_per_row;
+        if (persistent != 1) {
+          int per_sm = 0;
+          LAB_CUDA_TRY(resident_blocks_per_sm(
+              register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kWarpGroupBlock, false,
+                                             kPacked<T>, f.staged>,
+              kWarpGroupBlock, &per_sm));
+          if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
+            return launch_grid<T, f.threads_per_row, f.elems_per_thread, kWarpGroupBlock, false, kPacked<T>,
+                               f.staged>(a, sms, stream);
+          }
+        }
+      }
+      const bool persistent_grid = persistent < 0 ? s.persistent : persistent != 0;
+      constexpr int kThreadsPerRow = s.threads_per_row;
+      constexpr int kElems = s.elems_per_thread;
       if constexpr (kThreadsPerRow <= kWarpSize) {
         constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
         if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
-          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, staged>(a, sms, persistent_grid, stream);
+          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, s.staged>(a, sms, persistent_grid, stream);
         }
       }
-      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, staged>(a, sms, persistent_grid, stream);
+      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, s.staged>(a, sms, persistent_grid,
+                                                                                         stream);
     });
   });
 }

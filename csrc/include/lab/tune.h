@@ -44,7 +44,8 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype);
 cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, bool persistent, cudaStream_t stream);
 
 // register_cached with a persistent grid (persistent = 1: the resident blocks loop over rows,
-// loading the next rows ahead), one block per row group (0), or the table's choice (-1).
+// loading the next rows ahead), one block per row group (0), or the table's choice (-1). With 0 and
+// -1, an entry's few-rows shape takes the rows where its grid is resident all at once.
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
