@@ -433,7 +433,7 @@ def _launched_kernels(fn) -> list[str]:
 # (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
 # elements per thread, block threads): register_cached.cu's few-rows shapes (FewRowsShape).
 FEW_ROWS = [
-    (torch.bfloat16, 128, 4096, 524288, "16, 8, 128", "8, 16, 64"),
+    (torch.bfloat16, 128, 4096, 524288, "16, 8, 128", "8, 16, 128"),
     (torch.float32, 1024, 4096, 65536, "32, 32, 128", "64, 16, 64"),
 ]
 
