@@ -138,8 +138,10 @@ def host_us(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
     return (t1 - t0) / calls * 1e6
 
 
-def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list[float]:
-    """`calls` calls, each after writing `buf` (the L2 flush), each between two CUDA events: their times in ms."""
+def timed_events(fn: Callable[[], object], buf: torch.Tensor,
+                 calls: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    """`calls` calls, each after writing `buf` (the L2 flush), each between two CUDA events: the (start, end)
+    event pairs, recorded and synchronized."""
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
     for s, e in events:
         buf.zero_()
@@ -147,7 +149,12 @@ def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list
         fn()
         e.record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in events]
+    return events
+
+
+def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list[float]:
+    """`calls` calls, each after writing `buf` (the L2 flush), each between two CUDA events: their times in ms."""
+    return [s.elapsed_time(e) for s, e in timed_events(fn, buf, calls)]
 
 
 def _estimate_ms(fn: Callable[[], object], buf: torch.Tensor) -> float:

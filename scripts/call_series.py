@@ -48,15 +48,9 @@ LAB_RESET = "l2-reset"  # lab.bench.l2_reset
 
 
 def series(fn, flush: torch.Tensor, calls: int) -> tuple[list[float], list[float]]:
-    """`calls` flushed, event-timed calls in one stream: each one's time (us) and its start on the GPU
-    (ms after the first call's)."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    for s, e in events:
-        flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
+    """`calls` flushed, event-timed calls in one stream (bench.timed_events, the lab's timed calls): each
+    one's time (us) and its start on the GPU (ms after the first call's)."""
+    events = bench.timed_events(fn, flush, calls)
     first = events[0][0]
     return [s.elapsed_time(e) * 1e3 for s, e in events], [first.elapsed_time(s) for s, _ in events]
 
