@@ -428,7 +428,9 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // A tuning shape loads straight into registers unless it is `staged` (below): where the table stages a
 // shape (16-bit rows up to 2048), compare the table's timing with its staged twin's. The staged shapes
 // were added to time QuACK's grids (16 threads of 8 elements at bfloat16 N = 128, 32 threads a row in
-// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's.
+// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's: two of
+// them became few-rows shapes (FewRowsShape: float32 N = 1024 takes QuACK's grid, staged, where rows
+// are few; bfloat16 N = 128 QuACK's grid, unstaged); at bfloat16 N = 512 to 2048 none beat the table.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
 // as float32's): slower than packed at every length timed.
