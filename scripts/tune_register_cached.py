@@ -1,10 +1,12 @@
 """Time cuda.register_cached's launch shapes against its table, auto and the peers, at the sweeps' short rows.
 
 The row-shape table of register_cached.cu keys a shape (threads per row, elements per thread) by the
-row's length alone. This script tries every tuning shape compiled into lab._C
-(torch.ops.lab_tune.register_cached_shapes: threads per row, elements per thread, threads per block)
-that holds the row in less than twice its length, each on a grid of one block per row group, beside
-the table's own choice (torch.ops.lab_tune.register_cached, both grids), a device-to-device copy of
+row's length, with a second shape for few rows at some lengths (taken where its grid is resident all
+at once). This script tries every tuning shape compiled into lab._C
+(torch.ops.lab_tune.register_cached_shapes: threads per row, elements per thread, threads per block,
+packed, staged; labels like 16x8/128PS) that holds the row in less than twice its length, each on a
+grid of one block per row group, beside the table's own choice (torch.ops.lab_tune.register_cached,
+both grids; the few-rows shape is the table's choice on the grid of one block per row group), a device-to-device copy of
 the same bytes, and the lab's and the peers' softmax variants named by --variants (skipped, with the
 reason, where not installed). Each is checked against float64 before it is timed; all are timed in
 interleaved rounds (the order rotated each round; each round the median of --reps calls, the L2
