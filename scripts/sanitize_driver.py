@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 # of register_cached, 32 to 512 threads per block of the others, and cluster's paths: one CTA and
 # clusters of 2 to 16 (resident, staged and direct), the streaming path (past 524288, misaligned rows);
 # grid_split's split path (few rows, one grid barrier) and its persistent path (more rows than SMs / 2).
-# register_cached takes an entry's few-rows shape where its grid is resident at once (bfloat16 N <= 128,
+# register_cached takes an entry's few-rows shape where its grid is resident at once (bfloat16 N = 65 to 128,
 # float32 N = 513 to 1024: the small M here); 20000x100 and 9000x600 are rows enough for its table's own
 # shapes there, in blocks of 128 and one block per row.
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(3, 700), Shape(4, 1025), Shape(3, 3000, 3007),

@@ -61,13 +61,17 @@ namespace {
 // persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
 // loaded ahead; else one block per row group. Chosen by measurement (both grids of every shape,
 // timed by scripts/tune_cluster.py on the H200; results/h200/tune.json).
-// A second shape for few rows (threads_per_row 0: none): a warp group in kWarpGroupBlock-thread blocks,
-// one block per row group, taken where that grid is resident all at once (the occupancy calculator,
-// asked once per kernel and device). Then every row's loads are in flight together and a call lasts
-// about one row's latency: each thread's loads, reductions, exponentials and stores in series, so fewer
-// elements per thread (more threads per row) shorten it, where with more rows than fit at once the
-// extra threads' per-row work costs throughput. Measured on the H200 (scripts/tune_register_cached.py,
-// interleaved rounds beside QuACK in one call, results/h200/experiments/tune_register_cached_staged_1bc48a9.txt):
+// A second shape for few rows (threads_per_row 0: none; only beside a non-persistent entry): a warp
+// group in kWarpGroupBlock-thread blocks, one block per row group, taken where that grid is resident all
+// at once (the occupancy calculator, asked once per kernel and device). Then every row's loads are in
+// flight together and a call lasts about one row's latency, where with more rows than fit at once the
+// per-row work's throughput counts. The two entries differ for different reasons: bfloat16 N = 65 to 128 takes
+// twice the threads per row (8 elements a thread, not 16: a shorter chain of loads, reductions,
+// exponentials and stores per thread); float32 N = 513 to 1024 QuACK's grid, four rows of 32 threads in a
+// block of 128 instead of one row of 64 threads (32 elements a thread, a warp's reduction without the
+// block's barrier, the whole grid in one wave at 55 registers), with staged loads. Measured on the H200
+// (scripts/tune_register_cached.py, interleaved rounds beside QuACK in one call,
+// results/h200/experiments/tune_register_cached_staged_1bc48a9.txt):
 // bfloat16 4096x128 5.26 us with the table's 8 x 16 (64-thread blocks, staged), 5.10 with 16 x 8 in
 // blocks of 128 loaded straight into registers (QuACK's grid; 5.18 staged; QuACK 5.06), where
 // 524288x128 takes 69.26 and 69.86; float32 4096x1024 13.38 with the table's 64 x 16, 13.14 with
@@ -172,10 +176,11 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
     if (!power_of_two_group(s.threads_per_row)) return false;
     if (i > 0 && table[i - 1].max_cols >= s.max_cols) return false;
     const FewRowsShape& f = s.few;
-    if (f.threads_per_row != 0 && (int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
+    if (f.threads_per_row != 0 && (s.persistent || int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
                                    f.elems_per_thread % pack != 0 || !power_of_two_group(f.threads_per_row) ||
                                    f.threads_per_row > kWarpSize)) {
-      return false;  // the few-rows shape is a warp group holding the entry's rows in whole packs
+      return false;  // the few-rows shape is a warp group holding the entry's rows in whole packs,
+                     // beside an entry of one block per row group (the launcher's persistent < 0 and 0)
     }
   }
   return true;
@@ -184,8 +189,9 @@ static_assert(row_shapes_hold(kRowShapes32, 4) && row_shapes_hold(kRowShapes16, 
               "a row shape does not hold its longest row in whole packs of a power-of-two group");
 // Threads per block when groups are at most a warp: 128, or 64 when 128-thread blocks would give
 // fewer than kMinBlocksPerSm blocks per SM (few short rows: more, smaller blocks spread the rows
-// over every SM). 128 rather than 256: on the H200 (scripts/tune_cluster.py, both in one device
-// call) float32 rows of 32 to 1024 elements gained 0.4 to 3.7 points of a copy (N = 64: 95.2 ->
+// over every SM; where an entry has a few-rows shape, that shape takes such rows first, unless the
+// launcher is asked for a persistent grid). 128 rather than 256: on the H200 (scripts/tune_cluster.py,
+// both in one device call) float32 rows of 32 to 1024 elements gained 0.4 to 3.7 points of a copy (N = 64: 95.2 ->
 // 98.9%, 256: 96.1 -> 99.1), bfloat16 stayed level (within 0.6); ncu had QuACK's kernel, faster
 // there, in 128-thread blocks at 86% achieved occupancy against these 79% at 256.
 constexpr int kWarpGroupBlock = 128;
@@ -428,9 +434,10 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // A tuning shape loads straight into registers unless it is `staged` (below): where the table stages a
 // shape (16-bit rows up to 2048), compare the table's timing with its staged twin's. The staged shapes
 // were added to time QuACK's grids (16 threads of 8 elements at bfloat16 N = 128, 32 threads a row in
-// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's: two of
-// them became few-rows shapes (FewRowsShape: float32 N = 1024 takes QuACK's grid, staged, where rows
-// are few; bfloat16 N = 128 QuACK's grid, unstaged); at bfloat16 N = 512 to 2048 none beat the table.
+// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's. The
+// float32 32 x 32 staged shape became float32 N = 1024's few-rows shape (FewRowsShape); bfloat16 N = 128's
+// is QuACK's grid unstaged (16 x 8 in blocks of 128: its staged twin was slower); at bfloat16 N = 512 to
+// 2048 none beat the table.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
 // as float32's): slower than packed at every length timed.
@@ -558,7 +565,8 @@ cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t str
                     : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false, kPacked<T>, STAGED>(a, sms, stream);
 }
 
-// Calls f(threads-per-row, elements-per-thread, block constants) for T's tuning shape `index`.
+// Calls f(threads-per-row, elements-per-thread, block, packed, staged constants) for T's tuning shape
+// `index`.
 template <typename T, int I = 0, typename F>
 cudaError_t dispatch_tune_shape(int index, F&& f) {
   if constexpr (I == kTuneCount<T>) {

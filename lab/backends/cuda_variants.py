@@ -198,6 +198,9 @@ def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
     load_extension()
     flat = list(torch.ops.lab_tune.register_cached_shapes(dtype))
     n = BLOCK_SHAPE_FIELDS
+    if len(flat) % n:
+        raise RuntimeError(f"lab._C lists {len(flat)} ints of register_cached tuning shapes, not a multiple of "
+                           f"BlockShape's {n} fields: the extension and lab/backends/cuda_variants.py disagree")
     return [BlockShape(*flat[i:i + 3], *map(bool, flat[i + 3:i + n])) for i in range(0, len(flat), n)]
 
 
