@@ -67,7 +67,7 @@ namespace {
 // flight together and a call lasts about one row's latency, where with more rows than fit at once the
 // per-row work's throughput counts. The two entries differ for different reasons: bfloat16 N = 65 to 128 takes
 // twice the threads per row (8 elements a thread, not 16: a shorter chain of loads, reductions,
-// exponentials and stores per thread); float32 N = 513 to 1024 QuACK's grid, four rows of 32 threads in a
+// exponentials and stores per thread); float32 N = 513 to 1024 takes QuACK's grid, four rows of 32 threads in a
 // block of 128 instead of one row of 64 threads (32 elements a thread, a warp's reduction without the
 // block's barrier, the whole grid in one wave at 55 registers), with staged loads. Measured on the H200
 // (scripts/tune_register_cached.py, interleaved rounds beside QuACK in one call,
