@@ -157,6 +157,16 @@ def timed_calls(fn: Callable[[], object], buf: torch.Tensor, calls: int) -> list
     return [s.elapsed_time(e) for s, e in timed_events(fn, buf, calls)]
 
 
+def timed_stretch(fn: Callable[[], object], buf: torch.Tensor, calls: int, pre_calls: int) -> list[float]:
+    """One stretch of a call's timed calls, as every round takes it (the lab's, scripts/interleave.py's):
+    l2_reset (the same L2 state whatever ran before), `pre_calls` flushed calls of fn, then timed_calls."""
+    l2_reset(buf)
+    for _ in range(pre_calls):
+        buf.zero_()
+        fn()
+    return timed_calls(fn, buf, calls)
+
+
 def _estimate_ms(fn: Callable[[], object], buf: torch.Tensor) -> float:
     """do_bench's estimate of a timed call: one call, then 5 calls each after writing `buf`, the flush
     included, between two events (ms per flush and call)."""
@@ -270,11 +280,7 @@ def _gpu_rounds(calls: dict[str, Callable[[], object]], warmup_ms: float, rep_ms
         per_round[name] = max(1, int(rep_ms / rounds / estimate_ms))
 
     def sample(fn: Callable[[], object], count: int) -> list[float]:
-        l2_reset(buf)  # the same L2 state before every stretch, whatever ran before
-        for _ in range(max(1, count // 10)):  # a few flushed calls again after the other variants ran
-            buf.zero_()
-            fn()
-        return timed_calls(fn, buf, count)
+        return timed_stretch(fn, buf, count, max(1, count // 10))  # a few calls again after the others ran
 
     samples = interleave(calls, sample, per_round, rounds)
     if not host_check:

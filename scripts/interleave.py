@@ -85,12 +85,9 @@ def interleaved_rounds(fns: dict, flush: torch.Tensor, rounds: int, reps: int) -
 
 def timed_round(fn, flush: torch.Tensor, reps: int) -> float:
     """The median of `reps` calls, each after writing the flush buffer, timed by CUDA events (us), after
-    the lab's L2 reset (bench.l2_reset: the same L2 state whatever ran before) and a few flushed calls."""
-    bench.l2_reset(flush)
-    for _ in range(max(3, reps // 10)):  # warm-up
-        flush.zero_()
-        fn()
-    return statistics.median(bench.timed_calls(fn, flush, reps)) * 1e3
+    the lab's L2 reset (bench.l2_reset: the same L2 state whatever ran before) and a few flushed calls:
+    bench.timed_stretch, the lab's own stretch, with at least 3 calls of warm-up."""
+    return statistics.median(bench.timed_stretch(fn, flush, reps, max(3, reps // 10))) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
