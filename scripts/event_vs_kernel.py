@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interleave import checked_calls, kernels_of, softmax_variants  # noqa: E402
+from interleave import checked_calls, variants_here  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402
 from lab.operators.softmax import SOFTMAX  # noqa: E402
@@ -56,13 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.calls < 1 or args.rounds < 1:
         sys.exit("event_vs_kernel: --calls and --rounds must be at least 1")
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    by_name = softmax_variants(names, args.variants, "event_vs_kernel")
-    if not torch.cuda.is_available():
-        sys.exit("event_vs_kernel: needs a CUDA GPU")
+    by_name, kernels, unavailable = variants_here(names, args.variants, "event_vs_kernel")
     from torch.profiler import ProfilerActivity, profile
 
     dtype = getattr(torch, args.dtype)
-    kernels, unavailable = kernels_of(names, by_name)
     x = inputs.make_input(args.shape, dtype, "cuda")
     fns, skipped, failed = checked_calls(kernels, by_name, x, SOFTMAX.reference(x))
     for n, why in {**unavailable, **skipped, **failed}.items():

@@ -44,6 +44,17 @@ def softmax_variants(names: list[str], asked: str, prog: str) -> dict:
     return by_name
 
 
+def variants_here(names: list[str], asked: str, prog: str) -> tuple[dict, dict, dict[str, str]]:
+    """The scripts' common start: softmax_variants (exits on a name that is none), then an exit without a
+    CUDA GPU, then kernels_of: (the registry's softmax variants by name, the named ones' kernels, why each
+    of the others cannot run here)."""
+    by_name = softmax_variants(names, asked, prog)
+    if not torch.cuda.is_available():
+        sys.exit(f"{prog}: needs a CUDA GPU")
+    kernels, unavailable = kernels_of(names, by_name)
+    return by_name, kernels, unavailable
+
+
 def kernels_of(names: list[str], by_name: dict) -> tuple[dict, dict[str, str]]:
     """The kernel of each named variant (auto's routes: the committed dispatch table), and why each
     one that cannot run here cannot."""
@@ -108,11 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if not flushes or min(flushes) < 1:
         sys.exit("interleave: each --flush-mb must be at least 1")
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    by_name = softmax_variants(names, args.variants, "interleave")
-    if not torch.cuda.is_available():
-        sys.exit("interleave: needs a CUDA GPU")
+    by_name, kernels, unavailable = variants_here(names, args.variants, "interleave")
     dtype = getattr(torch, args.dtype)
-    kernels, unavailable = kernels_of(names, by_name)
     for n, reason in unavailable.items():
         print(f"{n}: skipped ({reason})")
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.rounds} rounds of {args.reps} calls; times in us")

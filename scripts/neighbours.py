@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interleave import checked_calls, kernels_of, softmax_variants  # noqa: E402
+from interleave import checked_calls, variants_here  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402
 from lab.operators.softmax import SOFTMAX  # noqa: E402
@@ -107,11 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.variants.split(",") if n.strip()] if args.variants else all_names
     if args.target not in names:
         names.append(args.target)
-    by_name = softmax_variants(names, args.variants or args.target, "neighbours")
-    if not torch.cuda.is_available():
-        sys.exit("neighbours: needs a CUDA GPU")
+    by_name, kernels, unavailable = variants_here(names, args.variants or args.target, "neighbours")
     dtype = getattr(torch, args.dtype)
-    kernels, unavailable = kernels_of(names, by_name)
     if args.target in unavailable:
         sys.exit(f"neighbours: {args.target} cannot run here ({unavailable[args.target]})")
     x = inputs.make_input(args.shape, dtype, "cuda")
