@@ -61,11 +61,13 @@ namespace {
 // persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
 // loaded ahead; else one block per row group. Chosen by measurement (both grids of every shape,
 // timed by scripts/tune_cluster.py on the H200; results/h200/tune.json).
-// A second shape for few rows (threads_per_row 0: none; only beside a non-persistent entry): a warp
-// group in kWarpGroupBlock-thread blocks, one block per row group, taken where that grid is resident all
-// at once (the occupancy calculator, asked once per kernel and device). Then every row's loads are in
-// flight together and a call lasts about one row's latency, where with more rows than fit at once the
-// per-row work's throughput counts. The two entries differ for different reasons: bfloat16 N = 65 to 128 takes
+// A second shape for few rows (threads_per_row 0: none; only beside a non-persistent entry): a group
+// in blocks of kBlockThreads (a warp group in kWarpGroupBlock-thread blocks, or a group that is the block),
+// one block per row group, taken where that grid is resident all at once (the occupancy calculator, asked
+// once per kernel and device). Then every row's loads are in flight together and a call lasts about one
+// row's latency, where with more rows than fit at once the per-row work's throughput counts. It may set
+// its own register budget (`registers`): a kernel of its own, compiled for more resident blocks.
+// The three entries differ for different reasons: bfloat16 N = 65 to 128 takes
 // twice the threads per row (8 elements a thread, not 16: a shorter chain of loads, reductions,
 // exponentials and stores per thread); float32 N = 513 to 1024 takes QuACK's grid, four rows of 32 threads in a
 // block of 128 instead of one row of 64 threads (32 elements a thread, a warp's reduction without the
@@ -77,10 +79,19 @@ namespace {
 // 524288x128 takes 69.26 and 69.86; float32 4096x1024 13.38 with the table's 64 x 16, 13.14 with
 // 32 x 32 in blocks of 128, staged (QuACK's grid and loads; QuACK 13.02), where 65536x1024 takes 130.08
 // and 132.00.
+// bfloat16 N = 513 to 1024 keeps the table's shape (64 x 16, one row per 64-thread block, staged) at 32
+// registers, not 40: an SM then holds 32 blocks (its limit) where it held 24, and the tutorial's 4096 rows
+// run in one wave (4224 blocks resident on the H200's 132 SMs) where they took 1.29 (ncu). In one device call
+// (scripts/ab.sh, results/h200/experiments/ab_registers32_355c19d.txt, every packed 16-element shape at 32
+// registers against the table's, interleaved rounds beside QuACK on each side): 4096x1024 8.91 -> 8.46 us
+// (QuACK 8.59 -> 8.42, the drift between the sides), but with every row at 32 registers the fixed sweep's
+// many rows lost 0.2-0.7% against QuACK (65536x1024 67.97 -> 68.32, QuACK 69.28 -> 69.12; 262144x256
+// 68.19 -> 68.50, QuACK 68.21 -> 68.03): many rows keep the table's budget.
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
   bool staged = false;
+  int registers = 0;  // per thread, asked of __launch_bounds__ (0: kThreadRegisters' estimate)
 };
 struct RowShape {
   int max_cols;
@@ -150,7 +161,7 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
-    {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true},
+    {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true, {64, 16, true, 32}},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
 };
@@ -178,9 +189,9 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
     const FewRowsShape& f = s.few;
     if (f.threads_per_row != 0 && (s.persistent || int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
                                    f.elems_per_thread % pack != 0 || !power_of_two_group(f.threads_per_row) ||
-                                   f.threads_per_row > kWarpSize)) {
-      return false;  // the few-rows shape is a warp group holding the entry's rows in whole packs,
-                     // beside an entry of one block per row group (the launcher's persistent < 0 and 0)
+                                   f.registers < 0 || f.registers > 255)) {
+      return false;  // the few-rows shape is a group holding the entry's rows in whole packs, beside an
+                     // entry of one block per row group (the launcher's persistent < 0 and 0)
     }
   }
   return true;
@@ -205,7 +216,8 @@ constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
     const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
     if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
-    if (s.few.staged && int64_t{s.few.elems_per_thread} * elem_bytes * kWarpGroupBlock > kMaxStagedBytes) return false;
+    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * std::max(s.few.threads_per_row, kWarpGroupBlock);
+    if (s.few.staged && few_bytes > kMaxStagedBytes) return false;
   }
   return true;
 }
@@ -231,10 +243,14 @@ constexpr bool kPacked = sizeof(T) == 2;
 template <typename T, int ELEMS, bool PERSISTENT, bool PACKED = kPacked<T>>
 constexpr int kThreadRegisters = (PACKED ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
                                  (PACKED && ELEMS <= 32 ? 32 : 48);
-template <typename T, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>>
-constexpr int kMinBlocks = std::max(
-    1, std::min(32, 4 * (16384 / (kWarpSize * ((kThreadRegisters<T, ELEMS, PERSISTENT, PACKED> + 7) / 8 * 8))) /
-                        (BLOCK / kWarpSize)));
+// The blocks of BLOCK threads an SM holds at REGISTERS registers per thread (at most 32 blocks).
+constexpr int resident_blocks_at(int registers, int block) {
+  return std::max(1, std::min(32, 4 * (16384 / (kWarpSize * ((registers + 7) / 8 * 8))) / (block / kWarpSize)));
+}
+// REGISTERS: the kernel's own budget where one is given (a few-rows shape's), else kThreadRegisters.
+template <typename T, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>, int REGISTERS = 0>
+constexpr int kMinBlocks =
+    resident_blocks_at(REGISTERS > 0 ? REGISTERS : kThreadRegisters<T, ELEMS, PERSISTENT, PACKED>, BLOCK);
 
 // PERSISTENT: compiled for a grid of the resident blocks, each looping over row groups with the
 // next group's packs loaded ahead (into `next`); else for a grid of one block per row group (a
@@ -244,9 +260,10 @@ constexpr int kMinBlocks = std::max(
 // STAGED (one block per row group only): the group's whole packs are copied to shared memory by
 // cp.async, all issued before the first is waited for, then read from there into the fragment. Each
 // thread reads back only its own copies, so no barrier is needed.
+// REGISTERS (0: kThreadRegisters' estimate): the registers per thread asked of __launch_bounds__.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false>
-__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED>))
+          bool STAGED = false, int REGISTERS = 0>
+__global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
   constexpr int K = kPack<T>;
@@ -539,10 +556,11 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false>
+          bool STAGED = false, int REGISTERS = 0>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
-  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED>;
+  const auto kernel =
+      register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED, REGISTERS>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -631,16 +649,17 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
         // Few rows, on a grid of one block per row group (the table's choice or asked for): the few-rows
         // shape where its whole grid is resident at once (see FewRowsShape).
         constexpr FewRowsShape f = s.few;
-        constexpr int kRowsPerBlock = kWarpGroupBlock / f.threads_per_row;
+        constexpr int kFewBlock = kBlockThreads<f.threads_per_row>;
+        constexpr int kRowsPerBlock = kFewBlock / f.threads_per_row;
         if (persistent != 1) {
           int per_sm = 0;
           LAB_CUDA_TRY(resident_blocks_per_sm(
-              register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kWarpGroupBlock, false,
-                                             kPacked<T>, f.staged>,
-              kWarpGroupBlock, &per_sm));
+              register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
+                                             f.staged, f.registers>,
+              kFewBlock, &per_sm));
           if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
-            return launch_grid<T, f.threads_per_row, f.elems_per_thread, kWarpGroupBlock, false, kPacked<T>,
-                               f.staged>(a, sms, stream);
+            return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
+                               f.registers>(a, sms, stream);
           }
         }
       }
