@@ -42,8 +42,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <tuple>
 #include <type_traits>
 
@@ -581,30 +579,17 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
 // The clusters of a launch configuration that can be resident at once on the current device: the
 // kernel's attributes set and cudaOccupancyMaxActiveClusters asked once per (kernel, device, cluster
-// size, threads, shared memory), then remembered. Asked on every call, they are host time on every
-// call (the occupancy query above all), which a small input's kernel cannot hide.
+// size, threads, shared memory), then remembered (remembered_per_device).
 template <typename Kernel>
 cudaError_t resident_clusters(Kernel kernel, int cluster, int smem, const cudaLaunchConfig_t& config, int* resident) {
-  using Key = std::tuple<const void*, int, int, unsigned, int>;
-  static std::mutex mutex;
-  static std::map<Key, int> known;
-  int device = 0;
-  LAB_CUDA_TRY(cudaGetDevice(&device));
-  const Key key{reinterpret_cast<const void*>(kernel), device, cluster, config.blockDim.x, smem};
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto it = known.find(key);
-    if (it != known.end()) {
-      *resident = it->second;
-      return cudaSuccess;
-    }
-  }
-  LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  LAB_CUDA_TRY(cudaOccupancyMaxActiveClusters(resident, kernel, &config));
-  const std::lock_guard<std::mutex> lock(mutex);
-  known.emplace(key, *resident);
-  return cudaSuccess;
+  return remembered_per_device(
+      std::make_tuple(reinterpret_cast<const void*>(kernel), cluster, config.blockDim.x, smem),
+      [&](int* v) {
+        LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        if (cluster > 8) LAB_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        return cudaOccupancyMaxActiveClusters(v, kernel, &config);
+      },
+      resident);
 }
 
 template <typename Kernel, typename... Args>

@@ -36,8 +36,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <tuple>
 #include <type_traits>
 
@@ -532,25 +530,12 @@ static_assert(block_shapes_hold(kTuneShapes32, 4) && block_shapes_hold(kTuneShap
               "a tuning shape is not whole packs of a power-of-two group in whole blocks");
 
 // How many blocks of `block` threads of `kernel` an SM holds at once on the current device: the occupancy
-// calculator, asked once per (kernel, device, block) and then remembered (asked on every call, it is host
-// time that a small input's kernel cannot hide).
+// calculator, asked once per (kernel, device, block) and then remembered (remembered_per_device).
 template <typename Kernel>
 cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
-  using Key = std::tuple<const void*, int, int>;
-  static std::mutex mutex;
-  static std::map<Key, int> known;
-  int device = 0;
-  LAB_CUDA_TRY(cudaGetDevice(&device));
-  const Key key{reinterpret_cast<const void*>(kernel), device, block};
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto it = known.find(key);
-  if (it != known.end()) {
-    *per_sm = it->second;
-    return cudaSuccess;
-  }
-  LAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, block, 0));
-  known.emplace(key, *per_sm);
-  return cudaSuccess;
+  return remembered_per_device(
+      std::make_tuple(reinterpret_cast<const void*>(kernel), block),
+      [&](int* v) { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(v, kernel, block, 0); }, per_sm);
 }
 
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the

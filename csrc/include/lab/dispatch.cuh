@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -71,6 +74,32 @@ inline cudaError_t device_sm_count(int* sms) {
   int device = 0;
   LAB_CUDA_TRY(cudaGetDevice(&device));
   return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+}
+
+// A launch-configuration query (an occupancy count) answered once per key and device, then remembered:
+// asked on every call, it is host time that a small input's kernel cannot hide. `key` names the kernel
+// and its configuration (the current device is added to it); `query(int*)` asks the runtime. Each
+// instantiation (each call site's query) keeps its own table; the lock guards the table, not the query,
+// which two threads may then both ask once.
+template <typename Key, typename Query>
+cudaError_t remembered_per_device(const Key& key, Query&& query, int* value) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, Key>, int> known;
+  int device = 0;
+  LAB_CUDA_TRY(cudaGetDevice(&device));
+  const std::pair<int, Key> k{device, key};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = known.find(k);
+    if (it != known.end()) {
+      *value = it->second;
+      return cudaSuccess;
+    }
+  }
+  LAB_CUDA_TRY(query(value));
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(k, *value);
+  return cudaSuccess;
 }
 
 inline int elem_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
