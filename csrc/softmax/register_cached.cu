@@ -208,13 +208,15 @@ constexpr int kSmallWarpGroupBlock = 64;
 constexpr int kMinBlocksPerSm = 2;
 
 // A staged shape runs on a grid of one block per row group, and its block's copies (the row data of
-// its largest block, kWarpGroupBlock threads or the group) fit in kMaxStagedBytes of static shared memory.
+// its largest block, kWarpGroupBlock threads or the group; a few-rows shape's block, kBlockThreads) fit in
+// kMaxStagedBytes of static shared memory.
 constexpr int kMaxStagedBytes = 32 * 1024;
 constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
     const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
     if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
-    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * std::max(s.few.threads_per_row, kWarpGroupBlock);
+    const int few_block = s.few.threads_per_row > kWarpSize ? s.few.threads_per_row : kWarpGroupBlock;
+    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * few_block;
     if (s.few.staged && few_bytes > kMaxStagedBytes) return false;
   }
   return true;
@@ -241,9 +243,11 @@ constexpr bool kPacked = sizeof(T) == 2;
 template <typename T, int ELEMS, bool PERSISTENT, bool PACKED = kPacked<T>>
 constexpr int kThreadRegisters = (PACKED ? ELEMS / 2 : ELEMS) + (PERSISTENT ? ELEMS * int{sizeof(T)} / 4 : 0) +
                                  (PACKED && ELEMS <= 32 ? 32 : 48);
-// The blocks of BLOCK threads an SM holds at REGISTERS registers per thread (at most 32 blocks).
+// The blocks of BLOCK threads an SM holds at REGISTERS registers per thread (at most 32 blocks and 2048
+// threads: below 32 registers the threads, not the registers, are the limit).
 constexpr int resident_blocks_at(int registers, int block) {
-  return std::max(1, std::min(32, 4 * (16384 / (kWarpSize * ((registers + 7) / 8 * 8))) / (block / kWarpSize)));
+  return std::max(1, std::min({32, 2048 / block,
+                               4 * (16384 / (kWarpSize * ((registers + 7) / 8 * 8))) / (block / kWarpSize)}));
 }
 // REGISTERS: the kernel's own budget where one is given (a few-rows shape's), else kThreadRegisters.
 template <typename T, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>, int REGISTERS = 0>
@@ -443,9 +447,10 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // elements per thread, that the script times beside the table's own shape. They were added to test
 // whether the grid is what makes QuACK's kernel faster on the tutorial sweep's small tensors (ncu: four
 // rows of 32 threads in each of 1024 CTAs of 128, 0.78 of a wave, against 4096 blocks of 64 threads here
-// in 1.29 at bfloat16 4096x1024): it is not (QuACK's grid here, 32 x 32 in blocks of 128, was no faster
-// than the table's shape; results/h200/experiments/tune_register_cached_*). Their timings did move the
-// table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
+// in 1.29 at bfloat16 4096x1024, before 6ac3e7f): QuACK's grid is not (32 x 32 in blocks of 128 was no
+// faster than the table's shape; results/h200/experiments/tune_register_cached_*), but the waves were:
+// the table's own shape at 32 registers, one wave, is N = 513-1024's few-rows shape now. Their timings did
+// move the table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
 // A tuning shape loads straight into registers unless it is `staged` (below): where the table stages a
 // shape (16-bit rows up to 2048), compare the table's timing with its staged twin's. The staged shapes
 // were added to time QuACK's grids (16 threads of 8 elements at bfloat16 N = 128, 32 threads a row in

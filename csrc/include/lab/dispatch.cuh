@@ -79,8 +79,9 @@ inline cudaError_t device_sm_count(int* sms) {
 // A launch-configuration query (an occupancy count) answered once per key and device, then remembered:
 // asked on every call, it is host time that a small input's kernel cannot hide. `key` names the kernel
 // and its configuration (the current device is added to it); `query(int*)` asks the runtime. Each
-// instantiation (each call site's query) keeps its own table; the lock guards the table, not the query,
-// which two threads may then both ask once.
+// instantiation keeps its own table: each call site's lambda is a type of its own (two sites passing
+// queries of one type, a function pointer say, with keys of one type would share a table). The lock
+// guards the table, not the query, which two threads may then both ask once.
 template <typename Key, typename Query>
 cudaError_t remembered_per_device(const Key& key, Query&& query, int* value) {
   static std::mutex mutex;
