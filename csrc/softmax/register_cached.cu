@@ -206,6 +206,13 @@ static_assert(row_shapes_hold(kRowShapes32, 4) && row_shapes_hold(kRowShapes16, 
 constexpr int kWarpGroupBlock = 128;
 constexpr int kSmallWarpGroupBlock = 64;
 constexpr int kMinBlocksPerSm = 2;
+// Threads per block of a group of `threads_per_row` on the table's grids: the group itself past a warp,
+// else kWarpGroupBlock (the launcher's smaller blocks for few short rows aside).
+constexpr int block_threads(int threads_per_row) {
+  return threads_per_row > kWarpSize ? threads_per_row : kWarpGroupBlock;
+}
+template <int THREADS_PER_ROW>
+constexpr int kBlockThreads = block_threads(THREADS_PER_ROW);
 
 // A staged shape runs on a grid of one block per row group, and its block's copies (the row data of
 // its largest block, kWarpGroupBlock threads or the group; a few-rows shape's block, kBlockThreads) fit in
@@ -215,17 +222,13 @@ constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
     const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
     if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
-    const int few_block = s.few.threads_per_row > kWarpSize ? s.few.threads_per_row : kWarpGroupBlock;
-    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * few_block;
+    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * block_threads(s.few.threads_per_row);
     if (s.few.staged && few_bytes > kMaxStagedBytes) return false;
   }
   return true;
 }
 static_assert(staging_fits(kRowShapes32, 4) && staging_fits(kRowShapes16, 2),
               "a staged row shape is persistent or its copies exceed kMaxStagedBytes");
-
-template <int THREADS_PER_ROW, int WARP_GROUP_BLOCK = kWarpGroupBlock>
-constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : WARP_GROUP_BLOCK;
 
 // Resident blocks asked of __launch_bounds__, from the registers a thread needs: ELEMS floats of
 // row data, on a persistent grid the next row's raw packs (ELEMS * sizeof(T) / 4 registers), and
