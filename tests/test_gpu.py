@@ -431,16 +431,25 @@ def _launched_kernels(fn) -> list[str]:
 
 
 # (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
-# elements per thread, block threads, persistent, packed, staged, registers asked (0: the estimate)):
+# elements per thread, block threads, persistent, packed, staged, registers asked (0: the estimate), shared
+# exponentials):
 # register_cached.cu's few-rows shapes (FewRowsShape). The few rows are a grid that any GPU of 16 SMs or
 # more holds at once (64 blocks of 128 threads, or 256 of 64 at 32 registers: 16 per SM, the fewest blocks
 # an SM of sm_80 or later holds); the many are more blocks than a GPU of 132 SMs holds at 16 blocks of 128
 # (or 32 of 64) per SM.
 FEW_ROWS = [
-    (torch.bfloat16, 128, 512, 524288, "16, 8, 128, false, true, false, 0", "8, 16, 128, false, true, true, 0"),
-    (torch.bfloat16, 1024, 256, 65536, "64, 16, 64, false, true, true, 32", "64, 16, 64, false, true, true, 0"),
-    (torch.float16, 1024, 256, 65536, "64, 16, 64, false, true, true, 32", "64, 16, 64, false, true, true, 0"),
-    (torch.float32, 1024, 256, 65536, "32, 32, 128, false, false, true, 0", "64, 16, 64, false, false, false, 0"),
+    (torch.bfloat16, 128, 512, 524288,
+     "16, 8, 128, false, true, false, 0, false", "8, 16, 128, false, true, true, 0, false"),
+    (torch.bfloat16, 512, 256, 131072,
+     "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
+    (torch.float16, 512, 256, 131072,
+     "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
+    (torch.bfloat16, 1024, 256, 65536,
+     "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
+    (torch.float16, 1024, 256, 65536,
+     "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
+    (torch.float32, 1024, 256, 65536,
+     "32, 32, 128, false, false, true, 0, false", "64, 16, 64, false, false, false, 0, false"),
 ]
 
 

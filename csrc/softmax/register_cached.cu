@@ -9,7 +9,8 @@
 // registers and a thread can keep 64 bytes in flight at 64 registers). The row max and the sum of
 // exp are then reduced from those registers (16-bit: the max pairwise in 16 bits, the exp-sum
 // converting each element on the fly, and the write recomputes exp(x - m) / d from the inputs,
-// the division folded into the exponent: two exponentials per element), with xor shuffles inside the group
+// the division folded into the exponent: two exponentials per element; the few-rows shapes of 16-bit rows
+// of 257 to 1024 elements keep them in shared memory instead, one per element), with xor shuffles inside the group
 // (warp_allreduce<THREADS_PER_ROW>) or, for block groups, the two-level BlockAllReduce of
 // warp_shuffle. Last, the normalized row is written.
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
@@ -85,11 +86,20 @@ namespace {
 // (QuACK 8.59 -> 8.42, the drift between the sides), but with every row at 32 registers the fixed sweep's
 // many rows lost 0.2-0.7% against QuACK (65536x1024 67.97 -> 68.32, QuACK 69.28 -> 69.12; 262144x256
 // 68.19 -> 68.50, QuACK 68.21 -> 68.03): many rows keep the table's budget.
+// bfloat16 N = 257 to 1024 then kept the exponentials of the exp-sum in shared memory for the write
+// (`shared_exps`: one exponential per element, not two; the few-rows shape of N = 257-512 is the table's own
+// shape with them). In one device call (scripts/ab.sh, results/h200/experiments/ab_shared_exps_7befa64.txt,
+// every packed kernel of one block per row group with them, interleaved rounds beside QuACK on each side;
+// register_cached's time / QuACK's, A -> B): 4096x512 1.022 -> 1.012, 4096x1024 1.006 -> 0.998; level
+// within 0.7% from 4096x128 to 4096x4096 elsewhere; but the fixed sweep's many rows lost 0.5-0.9%
+// (1048576x64 1.005 -> 1.012, 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984): the shared memory's
+// traffic and footprint cost more than the MUFU work saved once the SMs are full. So few rows only.
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
   bool staged = false;
   int registers = 0;  // per thread, asked of __launch_bounds__ (0: kThreadRegisters' estimate)
+  bool shared_exps = false;  // the exponentials kept in shared memory for the write (16-bit only)
 };
 struct RowShape {
   int max_cols;
@@ -159,7 +169,8 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
-    {256, 16, 16, false, true},    {512, 32, 16, false, true},     {1024, 64, 16, false, true, {64, 16, true, 32}},
+    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
+    {1024, 64, 16, false, true, {64, 16, true, 32, true}},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
 };
@@ -187,7 +198,7 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
     const FewRowsShape& f = s.few;
     if (f.threads_per_row != 0 && (s.persistent || int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
                                    f.elems_per_thread % pack != 0 || !power_of_two_group(f.threads_per_row) ||
-                                   f.registers < 0 || f.registers > 255)) {
+                                   f.registers < 0 || f.registers > 255 || (f.shared_exps && pack != 8))) {
       return false;  // the few-rows shape is a group holding the entry's rows in whole packs, beside an
                      // entry of one block per row group (the launcher's persistent < 0 and 0)
     }
@@ -222,8 +233,9 @@ constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
     const int64_t bytes = int64_t{s.elems_per_thread} * elem_bytes * std::max(s.threads_per_row, kWarpGroupBlock);
     if (s.staged && (s.persistent || bytes > kMaxStagedBytes)) return false;
-    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * elem_bytes * block_threads(s.few.threads_per_row);
-    if (s.few.staged && few_bytes > kMaxStagedBytes) return false;
+    const int64_t few_bytes = int64_t{s.few.elems_per_thread} * (s.few.shared_exps ? 4 : elem_bytes) *
+                              block_threads(s.few.threads_per_row);  // exponentials as float32 over the copies
+    if ((s.few.staged || s.few.shared_exps) && few_bytes > kMaxStagedBytes) return false;
   }
   return true;
 }
@@ -266,8 +278,11 @@ constexpr int kMinBlocks =
 // cp.async, all issued before the first is waited for, then read from there into the fragment. Each
 // thread reads back only its own copies, so no barrier is needed.
 // REGISTERS (0: kThreadRegisters' estimate): the registers per thread asked of __launch_bounds__.
+// SHARED_EXPS (packed, one block per row group): the exp-sum stores each exponential, as float32, in shared
+// memory (over the staged packs, which are in registers by then), and the write multiplies them by 1 / d:
+// one exponential per element instead of two, for 8 bytes of shared-memory traffic per element.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
@@ -284,7 +299,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   static_assert(!(STAGED && PERSISTENT), "the persistent grid loads the next rows into registers instead");
   static_assert(!STAGED || PACKS * kBlock * kVecBytes <= kMaxStagedBytes, "staged copies past kMaxStagedBytes");
   // Pack k of thread t at stage[k][t]: a warp's reads of pack k are 512 consecutive bytes.
-  __shared__ uint4 stage[STAGED ? PACKS : 1][STAGED ? kBlock : 1];
+  // SHARED_EXPS: pack k's exponentials at stage[2k][t] and stage[2k + 1][t] as float4 (over the staged
+  // inputs, which are in registers by then: each thread reads and writes only its own slots).
+  constexpr bool kSharedExps = SHARED_EXPS;
+  static_assert(!SHARED_EXPS || (PACKED && !PERSISTENT && 2 * PACKS * kBlock * kVecBytes <= kMaxStagedBytes),
+                "shared exponentials: a packed fragment, one block per row group, within kMaxStagedBytes");
+  constexpr int kSlotRows = kSharedExps ? 2 * PACKS : STAGED ? PACKS : 1;
+  __shared__ uint4 stage[kSlotRows][STAGED || kSharedExps ? kBlock : 1];
   Reduce reduce(storage);
 
   // Every lane of a group (and, for warp groups, of the warp) takes part in the reductions, also
@@ -382,7 +403,20 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     float m, d;
     if constexpr (PACKED) {
       m = allreduce(fragment_max<T>(v), MaxOp{});
-      d = allreduce(fragment_exp_sum<T>(v, m), SumOp{});  // the fragment keeps the inputs
+      if constexpr (kSharedExps) {
+        float4 e4;  // word i's exponentials, stored by pairs of words
+        const auto keep = [&](int k, int i, float2 e) {
+          if (i % 2 == 0) {
+            e4.x = e.x, e4.y = e.y;
+          } else {
+            e4.z = e.x, e4.w = e.y;
+            memcpy(&stage[2 * k + i / 2][threadIdx.x], &e4, sizeof(e4));
+          }
+        };
+        d = allreduce(fragment_exp_sum<T>(v, m, keep), SumOp{});
+      } else {
+        d = allreduce(fragment_exp_sum<T>(v, m), SumOp{});  // the fragment keeps the inputs
+      }
     } else {
       m = allreduce(fragment_max(v), MaxOp{});
       d = allreduce(fragment_exp_sum(v, m), SumOp{});  // the fragment now holds the exponentials
@@ -405,9 +439,17 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         Pack<T> out;
         if constexpr (PACKED) {
           uint32_t w[kPackWords];
+          if constexpr (kSharedExps) {
+            float e[2 * kPackWords];
+            memcpy(e, &stage[2 * k][threadIdx.x], sizeof(uint4));
+            memcpy(e + kPackWords, &stage[2 * k + 1][threadIdx.x], sizeof(uint4));
 #pragma unroll
-          for (int i = 0; i < kPackWords; ++i) {
-            w[i] = decltype(fold)::value ? word_softmax_folded<T>(v[k][i], c) : word_softmax<T>(v[k][i], m, log2_d);
+            for (int i = 0; i < kPackWords; ++i) w[i] = float2_to_word<T>(e[2 * i] * inv_d, e[2 * i + 1] * inv_d);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kPackWords; ++i) {
+              w[i] = decltype(fold)::value ? word_softmax_folded<T>(v[k][i], c) : word_softmax<T>(v[k][i], m, log2_d);
+            }
           }
           memcpy(&out, w, sizeof(out));  // register moves
         } else {
@@ -424,7 +466,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         }
       }
     };
-    if (PACKED && foldable(m)) {
+    if constexpr (kSharedExps) {
+      write(std::false_type{});  // the exponentials are kept: no exponent to fold into
+    } else if (PACKED && foldable(m)) {
       write(std::true_type{});
     } else {
       write(std::false_type{});
@@ -549,11 +593,11 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
-  const auto kernel =
-      register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED, REGISTERS>;
+  const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED,
+                                                     REGISTERS, SHARED_EXPS>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -648,11 +692,11 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
           int per_sm = 0;
           LAB_CUDA_TRY(resident_blocks_per_sm(
               register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
-                                             f.staged, f.registers>,
+                                             f.staged, f.registers, f.shared_exps>,
               kFewBlock, &per_sm));
           if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
             return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
-                               f.registers>(a, sms, stream);
+                               f.registers, f.shared_exps>(a, sms, stream);
           }
         }
       }

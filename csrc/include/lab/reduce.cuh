@@ -82,8 +82,12 @@ __device__ __forceinline__ float fragment_max(const uint32_t (&w)[P][kPackWords]
 // fragment is left as it is (the write recomputes the exponentials from it). One loop, given the
 // exponential: folded (one FFMA per element, exp.cuh fast_exp2_fma) where the shift allows, else
 // subtract and exponentiate; two sums, one per half of a word, for independent instructions.
-template <typename T, int P>
-__device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift) {
+// keep(k, i, e) (optional) receives word i of pack k's two exponentials, for a write that reuses them.
+struct KeepNone {
+  __device__ __forceinline__ void operator()(int, int, float2) const {}
+};
+template <typename T, int P, typename Keep = KeepNone>
+__device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift, Keep keep = {}) {
   static_assert(sizeof(T) == 2, "two 16-bit elements per word");
   float d0 = 0.0f, d1 = 0.0f;
   const auto sum = [&](auto exp) {
@@ -92,8 +96,10 @@ __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWo
 #pragma unroll
       for (int i = 0; i < kPackWords; ++i) {
         const float2 f = word_to_float2<T>(w[k][i]);
-        d0 += exp(f.x);
-        d1 += exp(f.y);
+        const float2 e = make_float2(exp(f.x), exp(f.y));
+        keep(k, i, e);
+        d0 += e.x;
+        d1 += e.y;
       }
     }
   };
