@@ -437,17 +437,16 @@ def _launched_kernels(fn) -> list[str]:
 # more holds at once (64 blocks of 128 threads, or 256 of 64 at 32 registers: 16 per SM, the fewest blocks
 # an SM of sm_80 or later holds); the many are more blocks than a GPU of 132 SMs holds at 16 blocks of 128
 # (or 32 of 64) per SM.
+# Both 16-bit dtypes share a table (kRowShapes16), so the entries that keep their exponentials in shared memory
+# are checked in each.
+SIXTEEN_BIT_FEW_ROWS = [
+    (512, 256, 131072, "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
+    (1024, 256, 65536, "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
+]
 FEW_ROWS = [
     (torch.bfloat16, 128, 512, 524288,
      "16, 8, 128, false, true, false, 0, false", "8, 16, 128, false, true, true, 0, false"),
-    (torch.bfloat16, 512, 256, 131072,
-     "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
-    (torch.float16, 512, 256, 131072,
-     "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
-    (torch.bfloat16, 1024, 256, 65536,
-     "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
-    (torch.float16, 1024, 256, 65536,
-     "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
+    *[(dtype, *entry) for entry in SIXTEEN_BIT_FEW_ROWS for dtype in (torch.bfloat16, torch.float16)],
     (torch.float32, 1024, 256, 65536,
      "32, 32, 128, false, false, true, 0, false", "64, 16, 64, false, false, false, 0, false"),
 ]
