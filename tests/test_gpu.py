@@ -456,14 +456,19 @@ FEW_ROWS = [
                          ids=[f"{dtype_name(f[0])}-{f[1]}" for f in FEW_ROWS])
 def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args):
     """Where the few-rows shape's grid is resident all at once, cuda.register_cached launches it; with more
-    rows, the table's own shape. Both checked against float64."""
-    for m, args in ((few, few_args), (many, many_args)):
-        x = inputs.make_input(Shape(m, n), dtype, "cuda")
+    rows, the table's own shape. Both checked against float64, and the few-rows kernel also on the special
+    rows (NaN, +inf and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last
+    pack in 16 bits."""
+    special, labels = inputs.special_input(n - 4, dtype, "cuda")
+    for x, args, row_labels in ((inputs.make_input(Shape(few, n), dtype, "cuda"), few_args, None),
+                                (special, few_args, labels),
+                                (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
+        what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
         assert len(names) == 1 and f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}>" in names[0], \
-            f"{dtype_name(dtype)} {m}x{n}: launched {names}"
-        res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x))
-        assert res.ok, f"{dtype_name(dtype)} {m}x{n}: {res.summary()}"
+            f"{what}: launched {names}"
+        res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
+        assert res.ok, f"{what}: {res.summary()}"
 
 
 def _cuda_type(dtype: torch.dtype) -> str:

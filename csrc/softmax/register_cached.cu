@@ -86,14 +86,16 @@ namespace {
 // (QuACK 8.59 -> 8.42, the drift between the sides), but with every row at 32 registers the fixed sweep's
 // many rows lost 0.2-0.7% against QuACK (65536x1024 67.97 -> 68.32, QuACK 69.28 -> 69.12; 262144x256
 // 68.19 -> 68.50, QuACK 68.21 -> 68.03): many rows keep the table's budget.
-// bfloat16 N = 257 to 1024 then kept the exponentials of the exp-sum in shared memory for the write
-// (`shared_exps`: one exponential per element, not two; the few-rows shape of N = 257-512 is the table's own
-// shape with them). In one device call (scripts/ab.sh, results/h200/experiments/ab_shared_exps_7befa64.txt,
-// every packed kernel of one block per row group with them, interleaved rounds beside QuACK on each side;
-// register_cached's time / QuACK's, A -> B): 4096x512 1.022 -> 1.012, 4096x1024 1.006 -> 0.998; level
-// within 0.7% from 4096x128 to 4096x4096 elsewhere; but the fixed sweep's many rows lost 0.5-0.9%
-// (1048576x64 1.005 -> 1.012, 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984): the shared memory's
-// traffic and footprint cost more than the MUFU work saved once the SMs are full. So few rows only.
+// 16-bit rows of 257 to 1024 elements (bfloat16 and float16, one table; measured in bfloat16) then kept the
+// exponentials of the exp-sum in shared memory for the write (`shared_exps`: one exponential per element, not
+// two; the few-rows shape of N = 257-512 is the table's own shape with them). In one device call
+// (scripts/ab.sh, results/h200/experiments/ab_shared_exps_7befa64.txt, every packed kernel of one block per row
+// group with them, interleaved rounds beside QuACK on each side; register_cached's time / QuACK's, A -> B):
+// 4096x512 1.022 -> 1.012, 4096x1024 1.006 -> 0.998; level within 0.7% from 4096x128 to 4096x4096
+// elsewhere; but 5 of the fixed sweep's 8 shapes it reached lost 0.5-0.9% (1048576x64 1.005 -> 1.012,
+// 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984), 2097152x32 gained 0.4% (0.753 -> 0.750) and
+// 32768x2048 and 16384x4096 stayed level: once the SMs are full, the shared memory's traffic and footprint
+// mostly cost more than the MUFU work saved. So few rows only.
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
@@ -226,8 +228,9 @@ template <int THREADS_PER_ROW>
 constexpr int kBlockThreads = block_threads(THREADS_PER_ROW);
 
 // A staged shape runs on a grid of one block per row group, and its block's copies (the row data of
-// its largest block, kWarpGroupBlock threads or the group; a few-rows shape's block, kBlockThreads) fit in
-// kMaxStagedBytes of static shared memory.
+// its largest block, kWarpGroupBlock threads or the group; a few-rows shape's block, kBlockThreads, or, with
+// shared_exps, its exponentials as float32, which take the copies' place) fit in kMaxStagedBytes of static
+// shared memory.
 constexpr int kMaxStagedBytes = 32 * 1024;
 constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   for (const RowShape& s : table) {
@@ -240,7 +243,7 @@ constexpr bool staging_fits(const RowShape (&table)[kShapes], int elem_bytes) {
   return true;
 }
 static_assert(staging_fits(kRowShapes32, 4) && staging_fits(kRowShapes16, 2),
-              "a staged row shape is persistent or its copies exceed kMaxStagedBytes");
+              "a staged row shape is persistent, or its copies or kept exponentials exceed kMaxStagedBytes");
 
 // Resident blocks asked of __launch_bounds__, from the registers a thread needs: ELEMS floats of
 // row data, on a persistent grid the next row's raw packs (ELEMS * sizeof(T) / 4 registers), and
@@ -424,7 +427,8 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     if (!valid) continue;  // after the reductions, which need every lane
 
     // Packed: y = exp(x - m) / d recomputed from the inputs (word_softmax, the division folded into
-    // the exponent); else y = e / d from the exponentials kept.
+    // the exponent), or, with SHARED_EXPS, y = e * (1 / d) from the exponentials kept in shared memory;
+    // else (float32 registers) y = e * (1 / d) from the exponentials kept in the fragment.
     // Packed, where |m| <= kFoldMax (exp.cuh): the subtraction folds into the FFMA too
     // (word_softmax_folded); the loop is compiled for both forms and the row's group takes one.
     const float inv_d = 1.0f / d;

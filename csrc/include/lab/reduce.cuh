@@ -79,10 +79,11 @@ __device__ __forceinline__ float fragment_max(const uint32_t (&w)[P][kPackWords]
 }
 
 // The sum of exp(v - shift) over a 16-bit fragment, converting each element on the fly; the
-// fragment is left as it is (the write recomputes the exponentials from it). One loop, given the
-// exponential: folded (one FFMA per element, exp.cuh fast_exp2_fma) where the shift allows, else
-// subtract and exponentiate; two sums, one per half of a word, for independent instructions.
-// keep(k, i, e) (optional) receives word i of pack k's two exponentials, for a write that reuses them.
+// fragment is left as it is (the write recomputes the exponentials from it, unless `keep` stored them).
+// One loop, given the exponential: folded (one FFMA per element, exp.cuh fast_exp2_fma) where the shift
+// allows, else subtract and exponentiate; two sums, one per half of a word, for independent instructions.
+// keep(k, i, e) (optional) receives word i of pack k's two exponentials (elements 2i and 2i + 1 of the
+// pack), called in order: k ascending, and for each k, i = 0 to kPackWords - 1.
 struct KeepNone {
   __device__ __forceinline__ void operator()(int, int, float2) const {}
 };
