@@ -304,11 +304,10 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // Pack k of thread t at stage[k][t]: a warp's reads of pack k are 512 consecutive bytes.
   // SHARED_EXPS: pack k's exponentials at stage[2k][t] and stage[2k + 1][t] as float4 (over the staged
   // inputs, which are in registers by then: each thread reads and writes only its own slots).
-  constexpr bool kSharedExps = SHARED_EXPS;
   static_assert(!SHARED_EXPS || (PACKED && !PERSISTENT && 2 * PACKS * kBlock * kVecBytes <= kMaxStagedBytes),
                 "shared exponentials: a packed fragment, one block per row group, within kMaxStagedBytes");
-  constexpr int kSlotRows = kSharedExps ? 2 * PACKS : STAGED ? PACKS : 1;
-  __shared__ uint4 stage[kSlotRows][STAGED || kSharedExps ? kBlock : 1];
+  constexpr int kSlotRows = SHARED_EXPS ? 2 * PACKS : STAGED ? PACKS : 1;
+  __shared__ uint4 stage[kSlotRows][STAGED || SHARED_EXPS ? kBlock : 1];
   Reduce reduce(storage);
 
   // Every lane of a group (and, for warp groups, of the warp) takes part in the reductions, also
@@ -406,7 +405,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     float m, d;
     if constexpr (PACKED) {
       m = allreduce(fragment_max<T>(v), MaxOp{});
-      if constexpr (kSharedExps) {
+      if constexpr (SHARED_EXPS) {
         float4 e4;  // word i's exponentials, stored by pairs of words
         const auto keep = [&](int k, int i, float2 e) {
           if (i % 2 == 0) {
@@ -443,7 +442,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         Pack<T> out;
         if constexpr (PACKED) {
           uint32_t w[kPackWords];
-          if constexpr (kSharedExps) {
+          if constexpr (SHARED_EXPS) {
             float e[2 * kPackWords];
             memcpy(e, &stage[2 * k][threadIdx.x], sizeof(uint4));
             memcpy(e + kPackWords, &stage[2 * k + 1][threadIdx.x], sizeof(uint4));
@@ -470,7 +469,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         }
       }
     };
-    if constexpr (kSharedExps) {
+    if constexpr (SHARED_EXPS) {
       write(std::false_type{});  // the exponentials are kept: no exponent to fold into
     } else if (PACKED && foldable(m)) {
       write(std::true_type{});
