@@ -260,6 +260,10 @@ CLUSTER_SIZES = range(1, 17)  # every size a cluster can have on Hopper (above 8
 # The packed shapes (16-bit elements held as loaded, two per register) in the dtypes they run in.
 PACKED = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
           for i, s in enumerate(CLUSTER_SHAPES) if s.packed for d in DTYPES if s.runs(d)]
+# The float-register shapes loaded straight into registers (stages 0): kPlan32's shapes, and the float
+# shapes any dtype can be tuned with.
+FLOAT_DIRECT = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
+                for i, s in enumerate(CLUSTER_SHAPES) if not s.packed and s.stages == 0 for d in DTYPES]
 
 
 def _aligned(x: torch.Tensor) -> bool:
@@ -324,6 +328,11 @@ def test_cluster_packed_shapes_edge_shapes(index, dtype):
 def test_cluster_packed_shapes_special_rows(index, dtype):
     """Every packed shape x every cluster size on the special rows (-inf entries, all -inf, +inf,
     NaN, large magnitudes) and on rows whose -inf or NaN parts fill whole threads and CTAs."""
+    _check_special_rows_every_cluster(index, dtype)
+
+
+def _check_special_rows_every_cluster(index: int, dtype: torch.dtype) -> None:
+    """Shape `index` with every cluster size on the special rows and on _tail_rows."""
     for n in inputs.SPECIAL_NS:
         x, labels = inputs.special_input(n, dtype, "cuda")
         _check_every_cluster(index, x, SOFTMAX.reference(x), labels)
@@ -331,6 +340,14 @@ def test_cluster_packed_shapes_special_rows(index, dtype):
         x, labels = _tail_rows(n, dtype)
         assert _check_every_cluster(index, x, SOFTMAX.reference(x), labels) or not any(
             _fits(CLUSTER_SHAPES[index], n, dtype, c) for c in CLUSTER_SIZES), f"N={n}: no launch was checked"
+
+
+@pytest.mark.parametrize(("index", "dtype"), FLOAT_DIRECT)
+def test_cluster_float_direct_shapes_special_rows(index, dtype):
+    """Every float-register shape loaded straight into registers x every cluster size on the special rows
+    (-inf entries, all -inf, +inf, NaN, large magnitudes) and on rows whose -inf or NaN parts fill whole
+    threads and CTAs, as the packed shapes are checked above."""
+    _check_special_rows_every_cluster(index, dtype)
 
 
 @pytest.mark.parametrize("n", [8193, 16383, 40001, 65535, 100003])
