@@ -126,10 +126,12 @@ def main() -> int:
             best = max(ok, key=lambda c: c["gbps"], default=None)
             planned = next((c for c in ok if [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"]), None)
             wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
+            rc = ""  # register_cached holds rows up to 16384 elements: timed there only
+            if "cuda.register_cached" in row:
+                rc = (f"register_cached {row['cuda.register_cached']:5.1f}% (non-persistent "
+                      f"{row['cuda.register_cached (one block per row group)']:5.1f}%) ")
             print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27} "
-                  f"plan {describe(planned):<27} register_cached {row.get('cuda.register_cached', math.nan):5.1f}% "
-                  f"(non-persistent {row.get('cuda.register_cached (one block per row group)', math.nan):5.1f}%) "
-                  f"torch {row['torch.softmax']:5.1f}%"
+                  f"plan {describe(planned):<27} {rc}torch {row['torch.softmax']:5.1f}%"
                   + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
             if args.json:  # after every point: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
