@@ -233,9 +233,11 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 
 #ifdef LAB_HAS_SOFTMAX
 // Tuning and explaining the cluster variant's launch table (scripts/tune_cluster.py, --explain):
-//   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor
+//   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster, bool persistent=True,
+//                              int stagger_groups=1, int stagger_ns=0) -> Tensor
 //       the resident path with a given shape index and cluster size (errors when the slice does not
-//       fit that shape), on a persistent grid or one cluster per row
+//       fit that shape), on a persistent grid or one cluster per row, the first wave's clusters
+//       started in stagger_groups groups stagger_ns apart (cluster.cu, Stagger)
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)
@@ -244,7 +246,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
 //       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]
-//       [shape, cluster, persistent] for `rows` rows (0: the plan of fewest rows)
+//       [shape, cluster, persistent, stagger_groups, stagger_ns] for `rows` rows (0: the plan of
+//       fewest rows)
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
@@ -258,9 +261,14 @@ at::Tensor tuned(const at::Tensor& x, const char* op, Launch&& launch) {
   return out;
 }
 
-at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster, bool persistent) {
+at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster, bool persistent, int64_t stagger_groups,
+                        int64_t stagger_ns) {
+  TORCH_CHECK(stagger_groups >= 1 && stagger_groups <= 64 && stagger_ns >= 0 && stagger_ns <= 100000,
+              "lab_tune::cluster: stagger_groups must be 1 to 64 and stagger_ns 0 to 100000, got ", stagger_groups,
+              " and ", stagger_ns);
+  const lab::StaggerPlan stagger{static_cast<int>(stagger_groups), static_cast<int>(stagger_ns)};
   return tuned(x, "cluster (tuned)", [&](const lab::RowsArgs& a, cudaStream_t s) {
-    return lab::softmax_cluster_with(a, static_cast<int>(shape), static_cast<int>(cluster), persistent, s);
+    return lab::softmax_cluster_with(a, static_cast<int>(shape), static_cast<int>(cluster), persistent, stagger, s);
   });
 }
 
@@ -309,12 +317,12 @@ std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::Scalar
 std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   const lab::ClusterPlan plan = lab::cluster_plan(cols, rows, lab::to_lab_dtype(probe, "cluster_plan"));
-  return {plan.shape, plan.cluster, plan.persistent ? 1 : 0};
+  return {plan.shape, plan.cluster, plan.persistent ? 1 : 0, plan.stagger.groups, plan.stagger.step_ns};
 }
 }  // namespace
 
 TORCH_LIBRARY(lab_tune, m) {
-  m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True) -> Tensor");
+  m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True, int stagger_groups=1, int stagger_ns=0) -> Tensor");
   m.def("register_cached(Tensor x, bool persistent) -> Tensor");
   m.def("register_cached_shape(Tensor x, int shape) -> Tensor");
   m.def("register_cached_shapes(ScalarType dtype) -> int[]", &tune_register_cached_shapes);

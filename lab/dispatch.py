@@ -284,7 +284,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
         lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
     if variant == "cluster":
-        shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(n, dtype, m)
+        shape, cluster, persistent, stagger_groups, stagger_ns = torch.ops.lab_tune.cluster_plan(n, dtype, m)
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:
@@ -294,5 +294,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
             lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements"
                          f"{' (packed 16-bit)' if packed else ''}, "
                          f"{'cp.async staging ' + str(stages) + ' row(s) ahead' if stages else 'direct loads'}, "
-                         f"{'persistent grid' if persistent else 'one cluster per row'}")
+                         f"{'persistent grid' if persistent else 'one cluster per row'}"
+                         + (f", the first wave's clusters started in {stagger_groups} groups {stagger_ns} ns apart"
+                            if stagger_groups > 1 and stagger_ns > 0 else ""))
     return lines

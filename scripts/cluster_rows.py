@@ -6,8 +6,9 @@ show as a sawtooth.
     python scripts/cluster_rows.py [--n 262144] [--dtype bfloat16] [--m 128,144,...] [--config 20:16 ...]
 
 At each M: the launch table's choice at the first M (cluster_plan: its shape and cluster size) on one
-cluster per row and on a persistent grid (the plan's own grid is marked *), and each --config
-SHAPE:CLUSTER (indices into cuda.cluster's resident shapes, one cluster per row), each checked against
+cluster per row and on a persistent grid (the plan's own grid is marked *), both with the plan's first-wave
+stagger, the plan's own grid again without it where the plan has one, and each --config SHAPE:CLUSTER
+(indices into cuda.cluster's resident shapes, one cluster per row, no stagger), each checked against
 float64 at the first M, then timed in one stretch each (do_bench's median, L2 flushed), as % of a copy
 of the same bytes timed the same way. Ends with the least-squares line time = a + b * M of each and of
 the copy: a is the fixed cost of a launch (us), b the time of one more row. Row lengths whose plan is
@@ -62,12 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("cluster_rows: needs a CUDA GPU")
     load_extension()
     dtype, tuned = DTYPES[args.dtype], torch.ops.lab_tune.cluster
-    shape, cluster, persistent = torch.ops.lab_tune.cluster_plan(args.n, dtype, ms[0])
+    shape, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(args.n, dtype, ms[0])
     if shape < 0:
         sys.exit(f"cluster_rows: N = {args.n} takes cuda.cluster's streaming path, which has no resident shape")
-    configs = [(shape, cluster, False, "plan" + ("" if persistent else "*")),
-               (shape, cluster, True, "plan, persistent" + ("*" if persistent else ""))]
-    configs += [(s, c, False, f"{s}:{c}") for s, c in args.config]
+    configs = [(shape, cluster, False, groups, step_ns, "plan" + ("" if persistent else "*")),
+               (shape, cluster, True, groups, step_ns, "plan, persistent" + ("*" if persistent else ""))]
+    if groups > 1 and step_ns > 0:  # the plan's first-wave stagger, and the same launch without it
+        configs.append((shape, cluster, bool(persistent), 1, 0, "plan, no stagger"))
+    configs += [(s, c, False, 1, 0, f"{s}:{c}") for s, c in args.config]
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, N = {args.n}; % of a copy of the same bytes")
     times: dict[str, list[float]] = {label: [] for *_, label in configs} | {"copy": []}
     for k, m in enumerate(ms):
@@ -76,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         copy = bench.copy_ceiling(nbytes, x.device)
         times["copy"].append(copy.median_ms * 1e3)
         cells = []
-        for s, c, persistent, label in configs:
-            def run(t, s=s, c=c, persistent=persistent):
-                return tuned(t, s, c, persistent)
+        for s, c, persistent, g, ns, label in configs:
+            def run(t, s=s, c=c, persistent=persistent, g=g, ns=ns):
+                return tuned(t, s, c, persistent, g, ns)
             if k == 0 and not (res := check.check(run, x, False, SOFTMAX.reference(x))).ok:
                 sys.exit(f"cluster_rows: {label} (shape {s}, cluster {c}) failed the check: {res.summary()}")
             t = bench.time_gpu(lambda run=run, x=x: run(x))

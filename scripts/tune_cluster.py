@@ -8,7 +8,8 @@ elements held two to a register) run for float16 and bfloat16 only; --shapes pac
 them (with --dtype bfloat16, the measurement the packed path waits for), --shapes float only the
 others. Each configuration is checked against float64 before it is timed (median of
 do_bench, L2 flushed, each configuration in one stretch; the lab itself times a point's variants in
-interleaved rounds). Prints, per point, the best configuration, the
+interleaved rounds). Every configuration starts its first wave of clusters all at once (no stagger;
+scripts/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
 one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
 writes every measurement as JSON.
 
@@ -124,7 +125,7 @@ def main() -> int:
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
             best = max(ok, key=lambda c: c["gbps"], default=None)
-            planned = next((c for c in ok if [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"]), None)
+            planned = next((c for c in ok if [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"][:3]), None)
             wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
             rc = ""  # register_cached holds rows up to 16384 elements: timed there only
             if "cuda.register_cached" in row:

@@ -205,10 +205,19 @@ def test_cluster_shapes_and_plans():
             assert s.stages * s.threads * s.elems * 2 <= 128 * 1024, s
     for n in (2**k + d for k in range(5, 21) for d in (-1, 0, 1)):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            index, cluster, _ = torch.ops.lab_tune.cluster_plan(n, dtype)
+            index, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(n, dtype)
+            assert groups >= 1 and step_ns >= 0, (n, dtype, groups, step_ns)
             if index >= 0:
                 assert shapes[index].runs(dtype), (n, dtype, shapes[index])
                 assert 1 <= cluster <= 16 and n <= cluster * shapes[index].threads * shapes[index].elems
+
+
+@needs_extension
+@pytest.mark.parametrize("groups, step_ns", [(0, 0), (65, 100), (4, -1), (4, 100001)])
+def test_cluster_stagger_out_of_range_is_refused(groups, step_ns):
+    """The tuning op's first-wave stagger is checked before anything runs (on any device)."""
+    with pytest.raises(RuntimeError, match="stagger_groups must be 1 to 64 and stagger_ns 0 to 100000"):
+        torch.ops.lab_tune.cluster(torch.zeros(2, 64), 0, 1, False, groups, step_ns)
 
 
 @needs_extension

@@ -209,6 +209,27 @@ def test_cluster_plan_thresholds(n, dtype):
     assert res.ok, f"N={n} {dtype_name(dtype)} plan {torch.ops.lab_tune.cluster_plan(n, dtype)}: {res.summary()}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+def test_cluster_stagger_changes_no_result(dtype):
+    """Where the launch table starts its first wave of clusters in groups (the stagger), the result is
+    bitwise the one of the same launch started at once, and right, on more rows than a wave holds."""
+    cuda_variants.load_extension()
+    staggered = 0
+    for n in sorted(set(cuda_variants.cluster_thresholds(dtype)) | {262144}):
+        rows = max(64, 2**25 // n)  # 128 rows of 262144: more than the 35 clusters of 16 resident at once
+        shape, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(n, dtype, rows)
+        if shape < 0 or groups == 1 or step_ns == 0:
+            continue
+        x = inputs.make_input(Shape(rows, n), dtype, "cuda")
+        y = torch.ops.lab.cluster(x)
+        assert torch.equal(y, torch.ops.lab_tune.cluster(x, shape, cluster, bool(persistent), groups, step_ns))
+        assert torch.equal(y, torch.ops.lab_tune.cluster(x, shape, cluster, bool(persistent), 1, 0))
+        res = check.compare(y, SOFTMAX.reference(x), dtype)
+        assert res.ok, f"{rows}x{n} {dtype_name(dtype)} stagger {groups} x {step_ns} ns: {res.summary()}"
+        staggered += 1
+    assert staggered, f"no {dtype_name(dtype)} entry of the launch table has a stagger"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
 def test_cluster_plan_for_many_rows(dtype):
     """Where the launch table has an entry for many rows (min_rows in cluster.cu), that entry runs: at
@@ -223,7 +244,7 @@ def test_cluster_plan_for_many_rows(dtype):
         assert list(torch.ops.lab_tune.cluster_plan(n, dtype, 4095)) == few, "the entry starts at 4096 rows"
         x = inputs.make_input(Shape(4096, n), dtype, "cuda")
         y = torch.ops.lab.cluster(x)
-        assert torch.equal(y, torch.ops.lab_tune.cluster(x, many[0], many[1], bool(many[2])))
+        assert torch.equal(y, torch.ops.lab_tune.cluster(x, many[0], many[1], bool(many[2]), many[3], many[4]))
         res = check.compare(y, SOFTMAX.reference(x), dtype)
         assert res.ok, f"4096x{n} {dtype_name(dtype)} plan {many}: {res.summary()}"
         checked += 1
@@ -361,7 +382,7 @@ def test_cluster_packed_partial_last_pack_through_out(n, dtype):
     x[1, n // 2:] = -math.inf
     x[2, -1] = math.nan
     out = torch.full((3, stride), math.nan, dtype=dtype, device="cuda")[:, :n]
-    shape, _, _ = torch.ops.lab_tune.cluster_plan(n, dtype)
+    shape, *_ = torch.ops.lab_tune.cluster_plan(n, dtype)
     assert shape >= 0 and CLUSTER_SHAPES[shape].packed, f"N={n}: kPlan16 no longer takes a packed shape here"
     torch.ops.lab.cluster.out(x, out=out)
     res = check.compare(out, SOFTMAX.reference(x), dtype, ["irregular", "-inf tail", "NaN last"])

@@ -173,21 +173,43 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // entry per dtype there now (no min_rows). The same calls re-chose float32 N = 16384: 256 x 16 on 4 CTAs,
 // 98.4 at 4096 rows (96.4 for 512 x 32 on one); 32768: 256 x 16 on 8, 99.1 (98.2); bfloat16 N = 16384:
 // 128 x 64 packed on 2 CTAs, 97.0 (96.7; the tutorial's same shape 96.4 against 96.1).
+// Then the first wave's stagger (see Stagger): every entry's shape from N = 8192 up timed with 25
+// staggers (2, 3, 4, 6 or 8 groups, 250 to 2000 ns apart) and none, in interleaved rounds beside the
+// copy (scripts/stagger.py, results/h200/experiments/stagger_grid.txt). Each entry takes the best of its
+// points, where that beat starting at once (% of a copy, none -> the entry's): bfloat16 256x262144
+// 91.0 -> 95.3 and 4096x262144 97.5 -> 97.9 (6 groups 1 us apart), 1024x65536 95.0 -> 96.6 and
+// 4096x65536 98.4 -> 98.7 (4 x 500 ns), 4096x131072 98.7 -> 99.0; float32 256x262144 93.9 -> 96.2,
+// 4096x262144 97.9 -> 98.1, 1024x65536 97.1 -> 97.6, 4096x32768 96.9 -> 97.3, 4096x16384 97.9 -> 98.1.
+// One CTA per row (bfloat16 up to 32768, float32 up to 8192) and bfloat16's 2 CTAs at 16384 lost
+// with every stagger (e.g. bfloat16 4096x8192 96.3 -> 88.7 at 8 x 2000 ns), and keep none.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
   int cluster;
   bool persistent;
   int64_t min_rows = 0;
+  StaggerPlan stagger{};  // the first wave's start (see Stagger): none unless measured to help
 };
 constexpr PlanEntry kPlan32[] = {  // float32
-    {2048, 12, 1, true},    {4096, 12, 1, false},   {8192, 14, 1, false},    {16384, 13, 4, false},
-    {32768, 13, 8, false},  {65536, 12, 16, false}, {131072, 16, 8, false},  {262144, 32, 16, false},
+    {2048, 12, 1, true},
+    {4096, 12, 1, false},
+    {8192, 14, 1, false},
+    {16384, 13, 4, false, 0, {4, 250}},
+    {32768, 13, 8, false, 0, {4, 500}},
+    {65536, 12, 16, false, 0, {4, 500}},
+    {131072, 16, 8, false, 0, {4, 500}},
+    {262144, 32, 16, false, 0, {6, 1000}},
     {524288, 17, 16, true},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
-    {4096, 0, 1, true},     {8192, 18, 1, false},   {16384, 18, 2, false},   {32768, 26, 1, false},
-    {65536, 18, 8, false},  {131072, 26, 4, false}, {262144, 31, 16, false}, {524288, 11, 16, true},
+    {4096, 0, 1, true},
+    {8192, 18, 1, false},
+    {16384, 18, 2, false},
+    {32768, 26, 1, false},
+    {65536, 18, 8, false, 0, {4, 500}},
+    {131072, 26, 4, false, 0, {4, 500}},
+    {262144, 31, 16, false, 0, {6, 1000}},
+    {524288, 11, 16, true},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;
@@ -318,6 +340,31 @@ __device__ __forceinline__ void exchange_finish(int rows_done, int c) {
   if (rows_done == 0 && c > 1) cluster_wait();
 }
 
+// --- the first wave's stagger ---------------------------------------------------------------------
+//
+// A launch of one cluster per row starts as many clusters as fit at once, and they all issue their
+// loads in the same microsecond: every CTA's last pack lands at about the same time, when the whole
+// first wave has been read, and HBM writes nothing until then; the next waves start as CTAs retire,
+// less and less in step. With the first wave's clusters started in `groups` groups `cycles` apart
+// (cluster r of the first wave waits (r mod groups) x cycles, on the SM's clock), the first groups'
+// rows are reduced and written while the later groups' are still being read. At 256x262144 that is
+// most of the fixed cost that held the plan under 95% of a copy: with 6 groups 1 us apart, bfloat16
+// 91.0 -> 95.3%, float32 93.9 -> 96.2 (the plans' values and their measurements: kPlan16/32).
+// Only the first wave waits: later clusters start when earlier ones retire, already out of step.
+struct Stagger {
+  int64_t first_wave = 0;  // clusters started at once: those with a first row below it may wait
+  int groups = 1;
+  int64_t cycles = 0;      // SM clock cycles between groups
+};
+
+__device__ __forceinline__ void stagger_start(const Stagger& s, int64_t first_row) {
+  if (s.cycles <= 0 || first_row >= s.first_wave) return;
+  const int g = static_cast<int>(first_row % s.groups);
+  if (g == 0) return;
+  const long long until = clock64() + g * s.cycles;
+  while (clock64() < until) __nanosleep(100);
+}
+
 // --- the resident path: the CTA's slice held in registers ----------------------------------------
 
 // Registers of row data per thread: ELEMS floats, or ELEMS 16-bit elements two to a register.
@@ -340,7 +387,7 @@ constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + (LEAN 
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
 __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0>))
     cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
-                                    int64_t x_stride, int64_t y_stride, int slice_packs) {
+                                    int64_t x_stride, int64_t y_stride, int slice_packs, Stagger stagger) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
@@ -357,6 +404,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
   const int c = static_cast<int>(cluster.num_blocks());
   const int64_t first_row = blockIdx.x / c;
   const int64_t row_step = gridDim.x / c;
+  stagger_start(stagger, first_row);
   const int row_packs = (cols + K - 1) / K;
   const int p0 = static_cast<int>(cluster.block_rank()) * slice_packs;  // this CTA's first pack
   const int p1 = min(p0 + slice_packs, row_packs);
@@ -592,9 +640,10 @@ cudaError_t resident_clusters(Kernel kernel, int cluster, int smem, const cudaLa
       resident);
 }
 
-template <typename Kernel, typename... Args>
+// make_args(resident clusters, clusters launched) gives the kernel's arguments as a tuple.
+template <typename Kernel, typename MakeArgs>
 cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, int64_t rows, bool persistent,
-                            cudaStream_t stream, Args... args) {
+                            cudaStream_t stream, MakeArgs make_args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -615,7 +664,8 @@ cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, i
   if (resident < 1) return cudaErrorInvalidConfiguration;
   const int64_t clusters = std::min<int64_t>(rows, persistent ? resident : INT_MAX / cluster);
   config.gridDim = dim3(static_cast<unsigned>(clusters * cluster));
-  LAB_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
+  LAB_CUDA_TRY(std::apply([&](auto... args) { return cudaLaunchKernelEx(&config, kernel, args...); },
+                          make_args(resident, clusters)));
   return cudaSuccess;
 }
 
@@ -626,16 +676,33 @@ bool rows_aligned(const RowsArgs& a) {
          (a.y_row_stride * bytes) % kVecBytes == 0;
 }
 
+// The SM clock's peak rate in kHz on the current device (the stagger's unit), asked once per device.
+cudaError_t clock_khz(int* khz) {
+  return remembered_per_device(std::make_tuple(0), [](int* v) {
+    int device = 0;
+    LAB_CUDA_TRY(cudaGetDevice(&device));
+    return cudaDeviceGetAttribute(v, cudaDevAttrClockRate, device);
+  }, khz);
+}
+
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
-cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, cudaStream_t stream) {
+cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, StaggerPlan stagger,
+                            cudaStream_t stream) {
   constexpr int K = kPack<T>;
   const int64_t row_packs = (a.cols + K - 1) / K;
   const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
   if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
   const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
-  return launch_clusters(cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED>, cluster, THREADS, smem,
-                         a.rows, persistent, stream, static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
-                         static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride, slice_packs);
+  if (stagger.groups < 1 || stagger.step_ns < 0) return cudaErrorInvalidValue;
+  int khz = 0;
+  if (stagger.groups > 1 && stagger.step_ns > 0) LAB_CUDA_TRY(clock_khz(&khz));
+  return launch_clusters(
+      cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED>, cluster, THREADS, smem, a.rows, persistent,
+      stream, [&](int resident, int64_t clusters) {
+        const Stagger s{std::min<int64_t>(resident, clusters), stagger.groups, int64_t{stagger.step_ns} * khz / 1000000};
+        return std::make_tuple(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),
+                               a.x_row_stride, a.y_row_stride, slice_packs, s);
+      });
 }
 
 // The streaming path's cluster: enough CTAs that each slice is at most 64K elements, 16 at most.
@@ -651,8 +718,11 @@ cudaError_t launch_streaming(const RowsArgs& a, cudaStream_t stream) {
   constexpr int K = kPack<T>;
   const int64_t slice = ((a.cols + cluster - 1) / cluster + K - 1) / K * K;
   return launch_clusters(cluster_streaming_softmax_kernel<T>, cluster, kStreamThreads, 0, a.rows, true, stream,
-                         static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),
-                         a.x_row_stride, a.y_row_stride, static_cast<int>(slice));
+                         [&](int, int64_t) {
+                           return std::make_tuple(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows,
+                                                  static_cast<int>(a.cols), a.x_row_stride, a.y_row_stride,
+                                                  static_cast<int>(slice));
+                         });
 }
 
 // Calls f(shape-index constant) for the resident shape `index`: only the table's shapes are compiled.
@@ -667,13 +737,14 @@ cudaError_t dispatch_resident_shape(int index, F&& f) {
 }
 
 template <typename T>
-cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, bool persistent, cudaStream_t stream) {
+cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, bool persistent, StaggerPlan stagger,
+                                  cudaStream_t stream) {
   return dispatch_resident_shape(index, [&](auto i) {
     constexpr ResidentShape s = kResidentShapes[decltype(i)::value];
     if constexpr (s.packed && sizeof(T) != 2) {
       return cudaErrorInvalidValue;  // packed shapes are compiled for 16-bit dtypes only
     } else {
-      return launch_resident<T, s.threads, s.elems, s.stages, s.packed>(a, cluster, persistent, stream);
+      return launch_resident<T, s.threads, s.elems, s.stages, s.packed>(a, cluster, persistent, stagger, stream);
     }
   });
 }
@@ -688,9 +759,9 @@ int cluster_resident_shapes(const ResidentShape** shapes) {
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype) {
   const auto pick = [cols, rows](const auto& plan) {
     for (const PlanEntry& e : plan) {
-      if (cols <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent};
+      if (cols <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent, e.stagger};
     }
-    return ClusterPlan{-1, streaming_cluster(cols), true};
+    return ClusterPlan{-1, streaming_cluster(cols), true, StaggerPlan{}};
   };
   return dtype == DType::kFloat32 ? pick(kPlan32) : pick(kPlan16);
 }
@@ -700,17 +771,18 @@ cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (plan.shape < 0 || !rows_aligned(a)) return launch_streaming<T>(a, stream);
-    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, stream);
+    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, plan.stagger, stream);
   });
 }
 
-cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, bool persistent, cudaStream_t stream) {
+cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, bool persistent, StaggerPlan stagger,
+                                 cudaStream_t stream) {
   if (shape < 0 || shape >= kResidentShapeCount || cluster < 1 || cluster > kMaxCluster || !rows_aligned(a)) {
     return cudaErrorInvalidValue;
   }
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return launch_resident_index<T>(a, shape, cluster, persistent, stream);
+    return launch_resident_index<T>(a, shape, cluster, persistent, stagger, stream);
   });
 }
 

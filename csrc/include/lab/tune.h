@@ -24,12 +24,20 @@ struct ResidentShape {
   bool packed = false;
 };
 
+// The resident path's first wave (cluster.cu, Stagger): its clusters start in `groups` groups,
+// `step_ns` nanoseconds of the SM's peak clock apart (groups 1 or step_ns 0: all at once).
+struct StaggerPlan {
+  int groups = 1;
+  int step_ns = 0;
+};
+
 // How a row length is launched: shape >= 0 indexes the resident shapes with `cluster` CTAs per
 // row; shape < 0 is the streaming path (2 reads), with `cluster` CTAs per row.
 struct ClusterPlan {
   int shape;
   int cluster;
   bool persistent;  // a grid of the resident clusters looping over rows, else one cluster per row
+  StaggerPlan stagger;
 };
 
 // The resident shapes compiled into the extension (a pointer to the table and its length).
@@ -40,8 +48,10 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype);
 
 // The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
 // when the slice does not fit the shape's registers or the rows are not 16-byte aligned.
-// persistent: a grid of the resident clusters looping over rows (else one cluster per row).
-cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, bool persistent, cudaStream_t stream);
+// persistent: a grid of the resident clusters looping over rows (else one cluster per row); stagger:
+// the first wave's start (cudaErrorInvalidValue for groups < 1 or step_ns < 0).
+cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, bool persistent, StaggerPlan stagger,
+                                 cudaStream_t stream);
 
 // register_cached with a persistent grid (persistent = 1: the resident blocks loop over rows,
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1). With 0 and

@@ -1,0 +1,133 @@
+"""Tune cuda.cluster's first-wave stagger: how its first clusters' starts are spread.
+
+A launch of one cluster per row starts as many clusters as fit on the GPU at once; they all load in
+the same microsecond, every CTA's slice lands when the whole wave has been read, and nothing is written
+until then (the fixed cost that scripts/cluster_rows.py fits). cluster.cu can start the first wave's
+clusters in G groups T ns apart (cluster r of the first wave waits (r mod G) x T). This script times,
+at each point, the launch table's shape and cluster size with every (G, T) of the grid asked for, all
+in interleaved rounds with the copy of the same bytes, each checked against float64 first, and prints
+them best first as % of the copy, the table's own (G, T) marked.
+
+    python scripts/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
+        [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--rounds 5] [--json stagger.json]
+
+Points: the fixed and tutorial sweeps' rows from --min-n to --max-n, or each --point MxN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from lab import bench, check, inputs
+from lab.backends.cuda_variants import load_extension
+from lab.operators.softmax import SOFTMAX
+from lab.registry import ALL_DTYPES, dtype_name
+
+DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
+
+
+def ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} takes comma-separated whole numbers; got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{what} takes numbers of at least 0; got {text!r}")
+    return values
+
+
+def parse_point(text: str) -> inputs.Shape:
+    try:
+        m, n = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--point takes MxN, e.g. 256x262144; got {text!r}") from None
+    if m < 1 or n < 1:
+        raise argparse.ArgumentTypeError(f"--point needs M and N of at least 1; got {text!r}")
+    return inputs.Shape(m, n)
+
+
+def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]], rounds: int) -> dict | None:
+    """The table's shape at one point with each (groups, step_ns) of the grid and the table's own, timed
+    in interleaved rounds beside the copy; None where the table takes the streaming path."""
+    plan = list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m))
+    index, cluster, persistent, plan_groups, plan_ns = plan
+    if index < 0:
+        return None
+    x = inputs.make_input(shape, dtype, "cuda")
+    ref = SOFTMAX.reference(x)
+    nbytes = SOFTMAX.bytes_moved(shape, dtype)
+    configs = sorted(set(grid) | {(plan_groups, plan_ns)})
+    calls = {}
+    for g, ns in configs:
+        def run(t: torch.Tensor, g: int = g, ns: int = ns) -> torch.Tensor:
+            return torch.ops.lab_tune.cluster(t, index, cluster, bool(persistent), g, ns)
+
+        res = check.check(run, x, False, ref)
+        if not res.ok:
+            sys.exit(f"stagger: {shape.m}x{shape.n} {dtype_name(dtype)} groups {g} step {ns} ns failed: "
+                     f"{res.summary()}")
+        calls[f"{g}:{ns}"] = lambda run=run: run(x)
+    del ref
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").fill_(7)
+    dst = torch.empty_like(src)
+    calls["copy"] = lambda: dst.copy_(src)
+    timings = bench.time_rounds(calls, x.device, rounds=rounds, host_check=False)
+    copy_ms = timings.pop("copy").median_ms
+    rows = [{"groups": int(k.split(":")[0]), "step_ns": int(k.split(":")[1]), "us": t.median_ms * 1e3,
+             "pct_copy": 100 * copy_ms / t.median_ms} for k, t in timings.items()]
+    return {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "plan": plan, "copy_us": copy_ms * 1e3,
+            "configs": sorted(rows, key=lambda r: -r["pct_copy"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--min-n", type=int, default=8192)
+    p.add_argument("--max-n", type=int, default=None)
+    p.add_argument("--point", type=parse_point, action="append", default=[], help="MxN (repeatable)")
+    p.add_argument("--groups", type=lambda t: ints(t, "--groups"), default=[1, 2, 3, 4, 6, 8])
+    p.add_argument("--step-ns", type=lambda t: ints(t, "--step-ns"), default=[250, 500, 1000, 1500, 2000])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", help="write every measurement here")
+    args = p.parse_args(argv)
+    if min(args.groups) < 1 or max(args.groups) > 64 or max(args.step_ns) > 100000:
+        sys.exit("stagger: --groups must be 1 to 64 and --step-ns 0 to 100000")
+    if args.rounds < 1:
+        sys.exit("stagger: --rounds must be at least 1")
+    if not torch.cuda.is_available():
+        sys.exit("stagger: needs a CUDA GPU")
+    load_extension()
+    grid = sorted({(1, 0)} | {(g, ns) for g in args.groups for ns in args.step_ns if g > 1})
+    shapes = args.point or [s for sweep in ("fixed", "tutorial") for s in inputs.SWEEPS[sweep]
+                            if s.n >= args.min_n and (args.max_n is None or s.n <= args.max_n)]
+    shapes = list(dict.fromkeys(shapes))  # a shape in both sweeps once
+    print(f"{torch.cuda.get_device_name()}; {len(grid)} staggers (groups:step_ns) per point, "
+          f"{args.rounds} interleaved rounds; % of a copy of the same bytes", flush=True)
+    records, start = [], time.perf_counter()
+    for dtype in [DTYPES[d] for d in (args.dtype or ["bfloat16", "float32"])]:
+        for k, shape in enumerate(shapes):
+            row = measure(shape, dtype, grid, args.rounds)
+            if row is None:
+                print(f"{dtype_name(dtype)} {shape.m}x{shape.n}: streaming path, no stagger")
+                continue
+            records.append(row)
+            mine = (row["plan"][3], row["plan"][4])
+            base = next(c for c in row["configs"] if c["groups"] == 1 or c["step_ns"] == 0)
+            cells = [f"{c['groups']}:{c['step_ns']}{'*' if (c['groups'], c['step_ns']) == mine else ''} "
+                     f"{c['pct_copy']:.1f}" for c in row["configs"][:6]]
+            print(f"{dtype_name(dtype)} {shape.m}x{shape.n} plan {row['plan'][:3]}: none {base['pct_copy']:.1f}%; "
+                  f"best {', '.join(cells)}  [{k + 1}/{len(shapes)}, {time.perf_counter() - start:.0f} s]",
+                  flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""scripts/stagger.py: the first-wave stagger of cuda.cluster timed over a grid (GPU only; here its
+arguments, its refusals and one small point on a GPU)."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from lab import resources
+
+spec = importlib.util.spec_from_file_location("stagger", resources.ROOT / "scripts" / "stagger.py")
+stagger = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(stagger)
+
+
+@pytest.mark.parametrize("bad, message", [(["--point", "256-262144"], "--point takes MxN"),
+                                          (["--point", "0x64"], "at least 1"),
+                                          (["--groups", "2,x"], "comma-separated whole numbers"),
+                                          (["--step-ns", "-5"], "numbers of at least 0")])
+def test_bad_arguments_are_refused(capsys, bad, message):
+    with pytest.raises(SystemExit):
+        stagger.main(bad)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["--groups", "65"], ["--step-ns", "100001"], ["--rounds", "0"]])
+def test_out_of_range_is_refused(bad):
+    with pytest.raises(SystemExit, match="stagger: "):
+        stagger.main(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_refuses_without_a_gpu():
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        stagger.main(["--point", "4x65536"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a GPU with thread-block clusters (sm_90)")
+def test_times_a_small_grid(capsys, tmp_path):
+    out_json = tmp_path / "s.json"
+    assert stagger.main(["--point", "64x65536", "--dtype", "float32", "--groups", "2", "--step-ns", "300",
+                         "--rounds", "2", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "float32 64x65536 plan" in out and "none " in out
+    (record,) = json.loads(out_json.read_text())["records"]
+    pairs = {(c["groups"], c["step_ns"]) for c in record["configs"]}
+    assert {(1, 0), (2, 300), tuple(record["plan"][3:])} == pairs
+    assert all(c["pct_copy"] > 0 for c in record["configs"])
