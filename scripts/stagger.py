@@ -4,12 +4,15 @@ A launch of one cluster per row starts as many clusters as fit on the GPU at onc
 the same microsecond, every CTA's slice lands when the whole wave has been read, and nothing is written
 until then (the fixed cost that scripts/cluster_rows.py fits). cluster.cu can start the first wave's
 clusters in G groups T ns apart (cluster r of the first wave waits (r mod G) x T). This script times,
-at each point, the launch table's shape and cluster size with every (G, T) of the grid asked for, all
+at each point, the launch table's shape and cluster size (or each --config SHAPE:CLUSTER, indices into
+cuda.cluster's resident shapes, one cluster per row; SHAPE:CLUSTER:p on a persistent grid, all of whose
+clusters are the first wave) with every (G, T) of the grid asked for, all
 in interleaved rounds with the copy of the same bytes, each checked against float64 first, and prints
 them best first as % of the copy, the table's own (G, T) marked.
 
     python scripts/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
-        [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--rounds 5] [--json stagger.json]
+        [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--config 20:16 ...] [--rounds 5]
+        [--json stagger.json]
 
 Points: the fixed and tutorial sweeps' rows from --min-n to --max-n, or each --point MxN.
 """
@@ -51,11 +54,27 @@ def parse_point(text: str) -> inputs.Shape:
     return inputs.Shape(m, n)
 
 
-def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]], rounds: int) -> dict | None:
-    """The table's shape at one point with each (groups, step_ns) of the grid and the table's own, timed
-    in interleaved rounds beside the copy; None where the table takes the streaming path."""
+def parse_config(text: str) -> tuple[int, int, bool]:
+    """SHAPE:CLUSTER (one cluster per row) or SHAPE:CLUSTER:p (a persistent grid)."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "p"):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), len(parts) == 3
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--config takes SHAPE:CLUSTER or SHAPE:CLUSTER:p, e.g. 20:16; "
+                                         f"got {text!r}") from None
+
+
+def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]], rounds: int,
+            config: tuple[int, int, bool] | None = None) -> dict | None:
+    """The table's shape (or `config`'s, one cluster per row) at one point with each (groups, step_ns) of
+    the grid and the table's own, timed in interleaved rounds beside the copy; None where the table takes
+    the streaming path and no config is given."""
     plan = list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m))
     index, cluster, persistent, plan_groups, plan_ns = plan
+    if config is not None:
+        index, cluster, persistent = config
     if index < 0:
         return None
     x = inputs.make_input(shape, dtype, "cuda")
@@ -68,9 +87,11 @@ def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]]
             return torch.ops.lab_tune.cluster(t, index, cluster, bool(persistent), g, ns)
 
         res = check.check(run, x, False, ref)
+        if not res.ok and config is not None:  # refused (the slice does not fit) or wrong: said, not timed
+            raise RuntimeError(f"groups {g} step {ns} ns: {res.summary()}")
         if not res.ok:
-            sys.exit(f"stagger: {shape.m}x{shape.n} {dtype_name(dtype)} groups {g} step {ns} ns failed: "
-                     f"{res.summary()}")
+            sys.exit(f"stagger: {shape.m}x{shape.n} {dtype_name(dtype)} shape {index} on {cluster} groups {g} "
+                     f"step {ns} ns failed: {res.summary()}")
         calls[f"{g}:{ns}"] = lambda run=run: run(x)
     del ref
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").fill_(7)
@@ -80,7 +101,8 @@ def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]]
     copy_ms = timings.pop("copy").median_ms
     rows = [{"groups": int(k.split(":")[0]), "step_ns": int(k.split(":")[1]), "us": t.median_ms * 1e3,
              "pct_copy": 100 * copy_ms / t.median_ms} for k, t in timings.items()]
-    return {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "plan": plan, "copy_us": copy_ms * 1e3,
+    return {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "plan": plan,
+            "launch": [index, cluster, persistent], "copy_us": copy_ms * 1e3,
             "configs": sorted(rows, key=lambda r: -r["pct_copy"])}
 
 
@@ -92,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--point", type=parse_point, action="append", default=[], help="MxN (repeatable)")
     p.add_argument("--groups", type=lambda t: ints(t, "--groups"), default=[1, 2, 3, 4, 6, 8])
     p.add_argument("--step-ns", type=lambda t: ints(t, "--step-ns"), default=[250, 500, 1000, 1500, 2000])
+    p.add_argument("--config", type=parse_config, action="append", default=[],
+                   help="SHAPE:CLUSTER instead of the table's (repeatable)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args(argv)
@@ -110,19 +134,26 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rounds} interleaved rounds; % of a copy of the same bytes", flush=True)
     records, start = [], time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["bfloat16", "float32"])]:
-        for k, shape in enumerate(shapes):
-            row = measure(shape, dtype, grid, args.rounds)
+        for k, (shape, config) in enumerate((s, c) for s in shapes for c in args.config or [None]):
+            try:
+                row = measure(shape, dtype, grid, args.rounds, config)
+            except RuntimeError as e:  # a config that failed its check: refused (the slice does not fit its
+                # shape, a packed shape in float32) or wrong
+                print(f"{dtype_name(dtype)} {shape.m}x{shape.n} config {config}: failed its check, "
+                      f"not timed ({str(e).splitlines()[0]})")
+                continue
             if row is None:
                 print(f"{dtype_name(dtype)} {shape.m}x{shape.n}: streaming path, no stagger")
                 continue
             records.append(row)
-            mine = (row["plan"][3], row["plan"][4])
+            mine = (row["plan"][3], row["plan"][4]) if config is None else None
             base = next(c for c in row["configs"] if c["groups"] == 1 or c["step_ns"] == 0)
             cells = [f"{c['groups']}:{c['step_ns']}{'*' if (c['groups'], c['step_ns']) == mine else ''} "
                      f"{c['pct_copy']:.1f}" for c in row["configs"][:6]]
-            print(f"{dtype_name(dtype)} {shape.m}x{shape.n} plan {row['plan'][:3]}: none {base['pct_copy']:.1f}%; "
-                  f"best {', '.join(cells)}  [{k + 1}/{len(shapes)}, {time.perf_counter() - start:.0f} s]",
-                  flush=True)
+            what = f"plan {row['plan'][:3]}" if config is None else f"config {':'.join(map(str, row['launch']))}"
+            print(f"{dtype_name(dtype)} {shape.m}x{shape.n} {what}: none {base['pct_copy']:.1f}%; "
+                  f"best {', '.join(cells)}  [{k + 1}/{len(shapes) * max(1, len(args.config))}, "
+                  f"{time.perf_counter() - start:.0f} s]", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)

@@ -17,7 +17,8 @@ spec.loader.exec_module(stagger)
 @pytest.mark.parametrize("bad, message", [(["--point", "256-262144"], "--point takes MxN"),
                                           (["--point", "0x64"], "at least 1"),
                                           (["--groups", "2,x"], "comma-separated whole numbers"),
-                                          (["--step-ns", "-5"], "numbers of at least 0")])
+                                          (["--step-ns", "-5"], "numbers of at least 0"),
+                                          (["--config", "20-16"], "--config takes SHAPE:CLUSTER")])
 def test_bad_arguments_are_refused(capsys, bad, message):
     with pytest.raises(SystemExit):
         stagger.main(bad)
