@@ -284,7 +284,8 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
               max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
     _register("cluster", Traffic(1, 1),
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
-              "persistent with cp.async prefetch: 1 read, 1 write (2 reads past 512K elements)",
+              "one cluster per row, the first wave started in staggered groups (or a persistent grid with "
+              "cp.async prefetch): 1 read, 1 write (2 reads past 512K elements)",
               min_capability=(9, 0), needs="thread-block clusters", thresholds=cluster_thresholds),
     _register("grid_split", Traffic(1, 1),
               "few long rows spread over every SM: a cooperative grid (one CTA per SM), G = SMs / M CTAs per row, "
