@@ -353,7 +353,12 @@ __device__ __forceinline__ void exchange_finish(int rows_done, int c) {
 // rows are reduced and written while the later groups' are still being read. At 256x262144 that is
 // most of the fixed cost that held the plan under 95% of a copy: with 6 groups 1 us apart, bfloat16
 // 91.0 -> 95.3%, float32 93.9 -> 96.2 (the plans' values and their measurements: kPlan16/32).
-// Only the first wave waits: later clusters start when earlier ones retire, already out of step.
+// Only the first wave waits: later clusters start when earlier ones retire, already out of step. And
+// only where there are rows enough for a wave: below that (fewer rows than resident clusters) every
+// measured launch lost with the stagger (bfloat16 8x262144 73.2 -> 50.8% of a copy, 21x262144 79.1 ->
+// 72.9; float32 8x262144 65.1 -> 61.7), from a wave up every one gained (bfloat16 35x262144, the
+// 35 clusters resident, 78.4 -> 87.1; float32 21x262144 78.9 -> 85.1;
+// results/h200/experiments/stagger_small_rows.txt).
 struct Stagger {
   int64_t first_wave = 0;  // clusters started at once: those with a first row below it may wait
   int groups = 1;
@@ -702,7 +707,10 @@ cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, Sta
   return launch_clusters(
       cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED>, cluster, THREADS, smem, a.rows, persistent,
       stream, [&](int resident, int64_t clusters) {
-        const Stagger s{std::min<int64_t>(resident, clusters), stagger.groups, int64_t{stagger.step_ns} * khz / 1000000};
+        // Only a launch of a wave or more: with fewer rows than resident clusters the stagger only
+        // delays (stagger_small_rows.txt: bfloat16 8x262144 73.2 -> 50.8% of a copy staggered).
+        const int64_t first_wave = clusters >= resident ? resident : 0;
+        const Stagger s{first_wave, stagger.groups, int64_t{stagger.step_ns} * khz / 1000000};
         return std::make_tuple(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),
                                a.x_row_stride, a.y_row_stride, slice_packs, s);
       });
