@@ -25,7 +25,8 @@ struct ResidentShape {
 };
 
 // The resident path's first wave (cluster.cu, Stagger): its clusters start in `groups` groups,
-// `step_ns` nanoseconds of the SM's peak clock apart (groups 1 or step_ns 0: all at once).
+// `step_ns` nanoseconds of the SM's peak clock apart (groups 1 or step_ns 0: all at once; a launch of
+// fewer clusters than are resident at once is never staggered).
 struct StaggerPlan {
   int groups = 1;
   int step_ns = 0;
