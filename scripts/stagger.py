@@ -12,9 +12,12 @@ them best first as % of the copy, the table's own (G, T) marked.
 
     python scripts/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
         [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--config 20:16 ...] [--rounds 5]
-        [--json stagger.json]
+        [--json stagger.json] [--plot stagger.png]
+    python scripts/stagger.py --plot-from stagger.json --plot stagger.png     # no GPU needed
 
-Points: the fixed and tutorial sweeps' rows from --min-n to --max-n, or each --point MxN.
+Points: the fixed and tutorial sweeps' rows from --min-n to --max-n, or each --point MxN. --plot draws
+one heatmap per point (groups down, step across): each cell the gain over starting at once, in points
+of the copy, with its % of the copy written in it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -106,6 +110,51 @@ def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]]
             "configs": sorted(rows, key=lambda r: -r["pct_copy"])}
 
 
+def plot(records: list[dict], path: str, device: str) -> None:
+    """One heatmap per record, dtypes in rows: gain over no stagger (points of the copy) by groups and step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = list(dict.fromkeys(r["dtype"] for r in records))
+    per_row = max(sum(r["dtype"] == d for r in records) for d in dtypes)
+    fig, axes = plt.subplots(len(dtypes), per_row, figsize=(2.6 * per_row, 3.0 * len(dtypes)), squeeze=False,
+                             constrained_layout=True)
+    for ax in axes.flat:
+        ax.set_visible(False)
+    span = max((abs(c["pct_copy"] - none_of(r)) for r in records for c in r["configs"]), default=1.0) or 1.0
+    image = None
+    for i, d in enumerate(dtypes):
+        for j, r in enumerate(r for r in records if r["dtype"] == d):
+            ax, none = axes[i][j], none_of(r)
+            cells = {(c["groups"], c["step_ns"]): c["pct_copy"] for c in r["configs"] if c["groups"] > 1}
+            gs, ns = sorted({g for g, _ in cells}), sorted({n for _, n in cells})
+            gain = [[cells.get((g, n), float("nan")) - none for n in ns] for g in gs]
+            image = ax.imshow(gain, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
+            for a, g in enumerate(gs):
+                for b, n in enumerate(ns):
+                    if (g, n) in cells:
+                        ax.text(b, a, f"{cells[(g, n)]:.1f}", ha="center", va="center", fontsize=6)
+            ax.set_xticks(range(len(ns)), [str(n) for n in ns], fontsize=7)
+            ax.set_yticks(range(len(gs)), [str(g) for g in gs], fontsize=7)
+            ax.set_title(f"{d} {r['m']}x{r['n']}\nnone {none:.1f}% of the copy", fontsize=8)
+            ax.set_visible(True)
+        axes[i][0].set_ylabel("groups")
+    for ax in axes[-1]:
+        ax.set_xlabel("step (ns)", fontsize=8)
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="gain over none (points of the copy)")
+    fig.suptitle(f"{device}: cuda.cluster's first wave started in groups, % of the copy", fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def none_of(record: dict) -> float:
+    """A record's % of the copy when its first wave starts at once."""
+    return next(c["pct_copy"] for c in record["configs"] if c["groups"] == 1 or c["step_ns"] == 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
@@ -118,7 +167,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="SHAPE:CLUSTER instead of the table's (repeatable)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", help="write every measurement here")
+    p.add_argument("--plot", help="draw the heatmaps here (a .png)")
+    p.add_argument("--plot-from", help="draw --plot from this JSON of an earlier run instead of measuring")
     args = p.parse_args(argv)
+    if args.plot_from:
+        if not args.plot:
+            sys.exit("stagger: --plot-from needs --plot FILE")
+        try:
+            data = json.loads(Path(args.plot_from).read_text())
+            records = data["records"]
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"stagger: cannot read {args.plot_from}: {e}")
+        if not records:
+            sys.exit(f"stagger: {args.plot_from} holds no measurements")
+        plot(records, args.plot, data.get("device", "?"))
+        print(f"wrote {args.plot}")
+        return 0
     if min(args.groups) < 1 or max(args.groups) > 64 or max(args.step_ns) > 100000:
         sys.exit("stagger: --groups must be 1 to 64 and --step-ns 0 to 100000")
     if args.rounds < 1:
@@ -157,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)
+    if args.plot and records:
+        plot(records, args.plot, torch.cuda.get_device_name())
     return 0
 
 

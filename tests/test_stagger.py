@@ -49,3 +49,23 @@ def test_times_a_small_grid(capsys, tmp_path):
     pairs = {(c["groups"], c["step_ns"]) for c in record["configs"]}
     assert {(1, 0), (2, 300), tuple(record["plan"][3:])} == pairs
     assert all(c["pct_copy"] > 0 for c in record["configs"])
+
+
+def test_plot_from_an_earlier_run(tmp_path, capsys):
+    """--plot-from draws the heatmaps of a saved run without a GPU: one panel per point, gains over none."""
+    record = {"dtype": "bfloat16", "m": 256, "n": 262144, "plan": [31, 16, 0, 1, 0], "launch": [31, 16, 0],
+              "copy_us": 68.0, "configs": [{"groups": 1, "step_ns": 0, "us": 75.0, "pct_copy": 90.7},
+                                           {"groups": 4, "step_ns": 500, "us": 71.0, "pct_copy": 95.8},
+                                           {"groups": 4, "step_ns": 1000, "us": 72.0, "pct_copy": 94.4}]}
+    saved = tmp_path / "s.json"
+    saved.write_text(json.dumps({"device": "NVIDIA H200", "records": [record, dict(record, dtype="float32")]}))
+    png = tmp_path / "s.png"
+    assert stagger.main(["--plot-from", str(saved), "--plot", str(png)]) == 0
+    assert png.stat().st_size > 10_000 and f"wrote {png}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [(["--plot-from", "x.json"], "needs --plot FILE"),
+                                           (["--plot-from", "/nonexistent.json", "--plot", "p.png"], "cannot read")])
+def test_plot_from_refuses_what_it_cannot_draw(args, message):
+    with pytest.raises(SystemExit, match=message):
+        stagger.main(args)
