@@ -8,7 +8,8 @@ at each point, the launch table's shape and cluster size (or each --config SHAPE
 cuda.cluster's resident shapes, one cluster per row; SHAPE:CLUSTER:p on a persistent grid, all of whose
 clusters are the first wave) with every (G, T) of the grid asked for, all
 in interleaved rounds with the copy of the same bytes, each checked against float64 first, and prints
-them best first as % of the copy, the table's own (G, T) marked.
+them best first as % of the copy, the table's own (G, T) marked. A launch of fewer clusters than fit at
+once (fewer rows than that, one cluster per row) is never staggered: there every (G, T) times the same.
 
     python scripts/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
         [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--config 20:16 ...] [--rounds 5]
@@ -72,7 +73,7 @@ def parse_config(text: str) -> tuple[int, int, bool]:
 
 def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]], rounds: int,
             config: tuple[int, int, bool] | None = None) -> dict | None:
-    """The table's shape (or `config`'s, one cluster per row) at one point with each (groups, step_ns) of
+    """The table's shape (or `config`'s: shape, cluster size, persistent) at one point with each (groups, step_ns) of
     the grid and the table's own, timed in interleaved rounds beside the copy; None where the table takes
     the streaming path and no config is given."""
     plan = list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m))
