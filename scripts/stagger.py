@@ -50,13 +50,14 @@ def ints(text: str, what: str) -> list[int]:
 
 
 def parse_point(text: str) -> inputs.Shape:
+    """MxN as the lab reads shapes (inputs.Shape.parse), contiguous rows and at least one."""
     try:
-        m, n = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--point takes MxN, e.g. 256x262144; got {text!r}") from None
-    if m < 1 or n < 1:
-        raise argparse.ArgumentTypeError(f"--point needs M and N of at least 1; got {text!r}")
-    return inputs.Shape(m, n)
+        shape = inputs.Shape.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--point takes MxN, e.g. 256x262144: {e}") from None
+    if shape.m < 1 or shape.row_stride is not None:
+        raise argparse.ArgumentTypeError(f"--point needs M and N of at least 1 and no stride; got {text!r}")
+    return shape
 
 
 def parse_config(text: str) -> tuple[int, int, bool]:
@@ -212,11 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             records.append(row)
             mine = (row["plan"][3], row["plan"][4]) if config is None else None
-            base = next(c for c in row["configs"] if c["groups"] == 1 or c["step_ns"] == 0)
             cells = [f"{c['groups']}:{c['step_ns']}{'*' if (c['groups'], c['step_ns']) == mine else ''} "
                      f"{c['pct_copy']:.1f}" for c in row["configs"][:6]]
             what = f"plan {row['plan'][:3]}" if config is None else f"config {':'.join(map(str, row['launch']))}"
-            print(f"{dtype_name(dtype)} {shape.m}x{shape.n} {what}: none {base['pct_copy']:.1f}%; "
+            print(f"{dtype_name(dtype)} {shape.m}x{shape.n} {what}: none {none_of(row):.1f}%; "
                   f"best {', '.join(cells)}  [{k + 1}/{len(shapes) * max(1, len(args.config))}, "
                   f"{time.perf_counter() - start:.0f} s]", flush=True)
     if args.json:
