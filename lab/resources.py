@@ -65,7 +65,8 @@ def find_nvcc() -> str | None:
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")  # after the barriers, and after the stack size where there is one
 
 
 def demangle(names: list[str]) -> list[str]:
@@ -90,7 +91,8 @@ def parse_ptxas(text: str, source: str) -> list[KernelResources]:
             # kernel's own block describes the kernel.
             records[-1].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
         elif records and (m := _USED.search(line)):
-            records[-1].update(regs=int(m.group(1)), smem=int(m.group(2) or 0))
+            smem = _SMEM.search(line)
+            records[-1].update(regs=int(m.group(1)), smem=int(smem.group(1)) if smem else 0)
     names = demangle([r["kernel"] for r in records])
     return [
         KernelResources(source, name, r.get("regs", 0), r.get("smem", 0), r.get("stack", 0),

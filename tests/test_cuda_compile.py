@@ -166,6 +166,16 @@ def test_parse_ptxas_without_kernels():
     assert resources.parse_ptxas("ptxas info    : 0 bytes gmem\n", "empty.cu") == []
 
 
+def test_parse_ptxas_shared_memory_after_the_stack_size():
+    """A kernel with a stack frame: ptxas prints its shared memory after the stack size (nvcc 13)."""
+    text = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+            "ptxas info    : Function properties for k\n"
+            "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+            "ptxas info    : Used 32 registers, used 1 barriers, 8 bytes cumulative stack size, 4112 bytes smem\n")
+    (k,) = resources.parse_ptxas(text, "k.cu")
+    assert (k.registers, k.shared_bytes, k.stack_bytes, k.spill_store_bytes) == (32, 4112, 8, 4)
+
+
 def test_parse_ptxas_minimal_used_line():
     text = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
             "ptxas info    : Used 8 registers, 360 bytes cmem[0]\n")
