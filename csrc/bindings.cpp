@@ -245,9 +245,9 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       per thread, threads per block, packed, staged] per tuning shape, flattened
 //   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
 //       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
-//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]
+//   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]
 //       [shape, cluster, persistent, stagger_groups, stagger_ns] for `rows` rows (0: the plan of
-//       fewest rows)
+//       fewest rows); aligned False: rows not 16-byte aligned, as far past a boundary in y as in x
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
@@ -314,9 +314,9 @@ std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::Scalar
   return {name, from_table ? "table" : "default rule"};
 }
 
-std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows) {
+std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  const lab::ClusterPlan plan = lab::cluster_plan(cols, rows, lab::to_lab_dtype(probe, "cluster_plan"));
+  const lab::ClusterPlan plan = lab::cluster_plan(cols, rows, lab::to_lab_dtype(probe, "cluster_plan"), aligned);
   return {plan.shape, plan.cluster, plan.persistent ? 1 : 0, plan.stagger.groups, plan.stagger.step_ns};
 }
 }  // namespace
@@ -327,7 +327,7 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("register_cached_shape(Tensor x, int shape) -> Tensor");
   m.def("register_cached_shapes(ScalarType dtype) -> int[]", &tune_register_cached_shapes);
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
-  m.def("cluster_plan(int cols, ScalarType dtype, int rows=0) -> int[]", &tune_cluster_plan);
+  m.def("cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
   m.def("auto_choice(int rows, int cols, ScalarType dtype) -> str[]", &tune_auto_choice);
 }

@@ -283,13 +283,24 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
         lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
+    # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
+    pack = 16 // dtype.itemsize
+    aligned = n % pack == 0
+    if variant == "register_cached" and not aligned:
+        lines.append(f"  register_cached: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
+                     "the rows that start off a 16-byte boundary are read and written element by element")
     if variant == "cluster":
-        shape, cluster, persistent, stagger_groups, stagger_ns = torch.ops.lab_tune.cluster_plan(n, dtype, m)
+        from lab.backends.cuda_variants import cluster_shapes
+
+        plan = torch.ops.lab_tune.cluster_plan(n, dtype, m, aligned)
+        shape, cluster, persistent, stagger_groups, stagger_ns = plan
+        if not aligned:
+            lines.append(f"  rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
+                         + (f"each is split from the 16-byte boundary below its start, as a row of up to {n + pack - 1}"
+                            " elements" if shape >= 0 else "the streaming path takes them"))
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:
-            from lab.backends.cuda_variants import cluster_shapes
-
             threads, elems, stages, packed = cluster_shapes()[shape]
             lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements"
                          f"{' (packed 16-bit)' if packed else ''}, "

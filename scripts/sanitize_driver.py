@@ -84,7 +84,8 @@ SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory a CTA may have on 
 
 # The launch shapes compiled for tuning, which no variant's table may take today: register_cached's
 # (every one on the shapes above that it holds) and cluster's resident shapes (each on 3 rows split over
-# 2 CTAs, the last pack of each CTA's slice partly empty, on a persistent grid and one cluster per row;
+# 2 CTAs, the last pack of each CTA's slice partly empty, and the direct ones also on 9 rows of an odd
+# length, shifted, on a persistent grid and one cluster per row;
 # a shape whose staging exceeds a CTA's shared memory in a dtype is refused there, launching nothing).
 if "softmax" in wanted and not args.no_tuning_shapes:
     op = operators.get("softmax")
@@ -105,8 +106,11 @@ if "softmax" in wanted and not args.no_tuning_shapes:
             if not cs.runs(dtype) or smem > SMEM_PER_BLOCK:
                 continue  # compiled for 16-bit types only, or staging more than a CTA may have in this dtype
             n = 2 * cs.threads * cs.elems - 3 * pack  # whole packs: the rows stay 16-byte aligned
-            for persistent in (True, False):
-                run_checked(op, f"cluster {cs.label()} c2 persistent={persistent}",
-                            lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p), Shape(3, n), dtype)
-                ran += 1
+            # An odd length too where the shape loads straight into registers: rows off 16-byte boundaries,
+            # taken shifted (cluster.cu, SHIFTED), every distance from a boundary in 9 rows.
+            for shape in [Shape(3, n)] + ([Shape(9, n - 1)] if cs.stages == 0 else []):
+                for persistent in (True, False):
+                    run_checked(op, f"cluster {cs.label()} c2 persistent={persistent}",
+                                lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p), shape, dtype)
+                    ran += 1
     print(f"softmax cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)

@@ -299,10 +299,27 @@ def _fits(shape, n: int, dtype: torch.dtype, cluster: int) -> bool:
     return math.ceil(math.ceil(n / pack) / cluster) <= shape.threads * shape.elems // pack
 
 
+def _shiftable(x: torch.Tensor) -> bool:
+    """Whether rows of x not 16-byte aligned are each as far past a 16-byte boundary as the same row of the
+    contiguous output (16-byte aligned, as torch allocates it): the resident path's shapes that load straight
+    into registers take them shifted (cluster.cu, SHIFTED)."""
+    return x.data_ptr() % 16 == 0 and ((x.stride(0) - x.shape[-1]) * x.element_size()) % 16 == 0
+
+
+def _resident_launch(shape, x: torch.Tensor, cluster: int) -> bool:
+    """Whether the tuning op launches `shape` on `cluster` CTAs for x: aligned rows that fit, or shiftable rows
+    of a direct shape whose shifted row (a pack less one element longer) fits."""
+    n = x.shape[-1]
+    if _aligned(x):
+        return _fits(shape, n, x.dtype, cluster)
+    pack = 16 // x.element_size()
+    return _shiftable(x) and shape.stages == 0 and _fits(shape, n + pack - 1, x.dtype, cluster)
+
+
 def _check_every_cluster(index: int, x: torch.Tensor, ref: torch.Tensor, labels: list[str] | None = None) -> int:
     """Run shape `index` with every cluster size, persistent and not, on x: each launch that fits is
-    checked against ref, each that cannot (the slice exceeds the shape, or rows not 16-byte aligned)
-    must raise. Returns how many launches were checked."""
+    checked against ref, each that cannot (the slice exceeds the shape, or rows neither 16-byte aligned nor
+    shiftable by the shape) must raise. Returns how many launches were checked."""
     shape = CLUSTER_SHAPES[index]
     checked = 0
     for c in CLUSTER_SIZES:
@@ -312,7 +329,7 @@ def _check_every_cluster(index: int, x: torch.Tensor, ref: torch.Tensor, labels:
 
             where = f"{shape.label()} c{c} {'persistent' if persistent else 'one cluster per row'} " \
                     f"{dtype_name(x.dtype)} {tuple(x.shape)} stride {x.stride(0)}"
-            if x.numel() > 0 and not (_aligned(x) and _fits(shape, x.shape[1], x.dtype, c)):
+            if x.numel() > 0 and not _resident_launch(shape, x, c):
                 with pytest.raises(RuntimeError):
                     run(x)
                 continue
@@ -375,8 +392,8 @@ def test_cluster_float_direct_shapes_special_rows(index, dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cluster_packed_partial_last_pack_through_out(n, dtype):
     """Odd N on kPlan16's packed entries: with rows of x and out padded to 16-byte strides the launch stays
-    resident and the last pack is partial, the one way to reach the packed tail code (an odd-N contiguous
-    out is misaligned and takes the streaming path). Irregular rows, a -inf tail, a NaN last element."""
+    resident and aligned, and the last pack is partial (the packed tail code of aligned rows; an odd-N
+    contiguous out takes the shifted rows, below). Irregular rows, a -inf tail, a NaN last element."""
     stride = (n + 7) // 8 * 8 + 8
     x = inputs.make_input(Shape(3, n, stride), dtype, "cuda")
     x[1, n // 2:] = -math.inf
@@ -387,6 +404,39 @@ def test_cluster_packed_partial_last_pack_through_out(n, dtype):
     torch.ops.lab.cluster.out(x, out=out)
     res = check.compare(out, SOFTMAX.reference(x), dtype, ["irregular", "-inf tail", "NaN last"])
     assert res.ok, f"N={n} {dtype_name(dtype)}: {res.summary()}"
+
+
+# Odd N across kPlan16's and kPlan32's entries, some within a pack of an entry's max_cols (their shifted rows
+# take the next entry), and past the last resident entry (the streaming path).
+SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 32001, 50257, 65535, 100003, 131071, 262143, 524287]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", SHIFTED_NS)
+def test_cluster_shifted_rows(n, dtype):
+    """Odd N of a contiguous input: its rows start off 16-byte boundaries, every distance in its 16 rows.
+    cuda.cluster runs them on the resident kernel, shifted (one read), where the plan of N + pack - 1 loads
+    straight into registers (torch.ops.lab_tune.cluster_plan(..., aligned=False)), else on the streaming
+    kernel; checked against float64 with -inf and NaN in the first and last packs. A view one element into
+    its buffer, whose rows are no longer as far past a boundary as the output's, takes the streaming kernel."""
+    rows = 16
+    plan = torch.ops.lab_tune.cluster_plan(n, dtype, rows, False)
+    x = inputs.make_input(Shape(rows, n), dtype, "cuda")
+    x[1, :3] = -math.inf
+    x[2, -3:] = -math.inf
+    x[3, 0] = math.nan
+    x[4, -1] = math.nan
+    x[5, :-1] = -math.inf
+    x[6, 1:] = -math.inf
+    off = inputs.make_input(Shape(1, rows * n + 1), dtype, "cuda").view(-1)[1:].view(rows, n)
+    for t, resident in ((x, plan[0] >= 0), (off, False)):
+        names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.cluster(t)) if "cluster_" in k]
+        kernel = "cluster_resident_softmax_kernel" if resident else "cluster_streaming_softmax_kernel"
+        assert len(names) == 1 and kernel in names[0], f"N={n} plan {list(plan)}: launched {names}"
+        if resident:
+            assert names[0].split(">")[0].endswith("true"), f"not the shifted kernel: {names[0]}"
+        res = check.check(torch.ops.lab.cluster, t, False, SOFTMAX.reference(t))
+        assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {'shifted' if resident else 'streaming'}: {res.summary()}"
 
 
 def test_cluster_packed_shapes_refuse_float32():

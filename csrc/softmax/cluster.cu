@@ -33,8 +33,12 @@
 // Launch: (threads, elements per thread, stages) and the cluster size from the plan by dtype and N
 // (and, for some N, by M: min_rows), measured by scripts/tune_cluster.py. Cluster sizes above 8 use
 // the non-portable cluster size attribute.
-// Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements) or whose starts are not
-// 16-byte aligned take the streaming path: the same cluster split, but each CTA sweeps its slice
+// Rows whose starts are not 16-byte aligned (odd N, e.g. a 50257-element vocabulary: row r of a
+// contiguous tensor starts r * N elements in) are split from the 16-byte boundary below their start, as
+// rows of up to a pack less one element more (SHIFTED, on that length's plan), where y's rows are as far
+// past a boundary as x's and the plan loads straight into registers: the same one read and one write.
+// Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements), and misaligned rows that cannot
+// be shifted, take the streaming path: the same cluster split, but each CTA sweeps its slice
 // twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
 // mostly from L2 because a slice was read moments before.
 // Limits: any rows (64-bit offsets), 1 <= N <= 2^31 - 1, any row strides; sm_90 or newer (the
@@ -392,7 +396,14 @@ constexpr int kResidentMinBlocks = std::max(1, 65536 / (THREADS * (REGS + (LEAN 
 
 // PACKED (16-bit T only): the thread's fragment is the packs as loaded, kPackWords words each
 // (see the header comment); else ELEMS floats.
-template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
+// SHIFTED (direct loads only): rows whose starts need not be 16-byte aligned (odd N: row r of a
+// contiguous tensor starts r * N elements in), y's rows as far from a 16-byte boundary as x's. Each row's
+// packs are counted from the boundary at or below its start, h = (start mod 16 bytes) elements before
+// it: the row is the elements [h, h + N) of a "shifted" row of h + N, whose packs are split across the
+// cluster as an aligned row's are. Whole packs move as 16-byte loads and stores; the first (where h > 0)
+// and the last (where it is partial) element by element, -inf in the fragment outside the row. One read
+// and one write per element, as for aligned rows, where the streaming path read each row twice.
+template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED, bool SHIFTED = false>
 __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0>))
     cluster_resident_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                     int64_t x_stride, int64_t y_stride, int slice_packs, Stagger stagger) {
@@ -400,6 +411,7 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
   static_assert(!PACKED || sizeof(T) == 2, "the packed fragment holds 16-bit elements");
+  static_assert(!SHIFTED || STAGES == 0, "shifted rows are loaded straight into registers");
   using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
   constexpr int kWarps = THREADS / kWarpSize;
   static_assert(kWarps <= kMaxWarps, "the exchange has slots for kMaxWarps warps per CTA");
@@ -487,6 +499,45 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
     }
   };
 
+  // SHIFTED: the row's elements before the boundary (h) and this thread's packs of its shifted row
+  // (held_shifted); pack k is whole when it lies within [h, h + cols), else it is moved element by element.
+  const auto shift_of = [](const T* row_start) {
+    return static_cast<int>(reinterpret_cast<uintptr_t>(row_start) % kVecBytes / sizeof(T));
+  };
+  const auto held_shifted = [&](int h) {
+    const int rp = (h + cols + K - 1) / K;  // packs of the shifted row
+    const int last = min(p0 + slice_packs, rp);
+    return last > p0 + tid ? min(PACKS, (last - p0 - tid + THREADS - 1) / THREADS) : 0;
+  };
+  const auto whole_shifted = [&](int h, int n, int k) {
+    const int e = (p0 + tid + k * THREADS) * K;  // the pack's first element in the shifted row
+    return k < n && e >= h && e + K <= h + cols;
+  };
+  // The shifted row's base (16-byte aligned) is xs; element e of it is in the row when h <= e < h + cols.
+  const auto load_shifted = [&](const T* xs, int h, Fragment& v) {
+    const int n = held_shifted(h);
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const int e = (p0 + tid + k * THREADS) * K;
+      const T* src = xs + e;
+      if (whole_shifted(h, n, k)) {
+        hold(v, k, *reinterpret_cast<const Pack<T>*>(src));
+      } else if constexpr (PACKED) {
+        const uint16_t* bits = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+        for (int i = 0; i < kPackWords; ++i) {
+          const int j = e + 2 * i;
+          const uint32_t lo = k < n && j >= h && j < h + cols ? bits[2 * i] : PairOf<T>::kMinusInf;
+          const uint32_t hi = k < n && j + 1 >= h && j + 1 < h + cols ? bits[2 * i + 1] : PairOf<T>::kMinusInf;
+          v[k][i] = lo | hi << 16;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) v[k][j] = k < n && e + j >= h && e + j < h + cols ? to_float(src[j]) : -CUDART_INF_F;
+      }
+    }
+  };
+
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) fetch(first_row + s * row_step, s);
   exchange_arrive(ex, c);  // after the first rows' copies are issued: the barrier waits behind them
@@ -495,7 +546,16 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
   int row_index = 0;
   for (int64_t row = first_row; row < rows; row += row_step, ++row_index) {
     Fragment v;
-    if constexpr (STAGES == 0) {
+    // SHIFTED: the row's h, and its shifted row's bases in x and y (y's rows are as far from a boundary).
+    int h = 0;
+    const T* xs = x + row * x_stride;
+    T* ys = y + row * y_stride;
+    if constexpr (SHIFTED) {
+      h = shift_of(xs);
+      xs -= h;
+      ys -= h;
+      load_shifted(xs, h, v);
+    } else if constexpr (STAGES == 0) {
       load_direct(row, v);
     } else {
       cp_async_wait<STAGES - 1>();  // this row's group has landed; later rows may be in flight
@@ -527,8 +587,14 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
     }
     const MaxSum total = exchange_row<kWarps>(MaxSum{m, d}, ex, row_index, c, cluster.block_rank());
 
-    T* yr = y + row * y_stride + int64_t{p0 + tid} * K;
-    const int n = opaque(held), tk = opaque(tail_k);
+    T* yr = ys + int64_t{p0 + tid} * K;
+    const int n = SHIFTED ? held_shifted(h) : opaque(held), tk = opaque(tail_k);
+    // Pack k's 16 bytes stored whole, or element j of it where `in` (the row's last pack; SHIFTED, also its first).
+    const auto whole_out = [&](int k) { return SHIFTED ? whole_shifted(h, n, k) : k != tk; };
+    const auto in = [&](int k, int j) {
+      const int e = (p0 + tid + k * THREADS) * K + j;
+      return SHIFTED ? e >= h && e < h + cols : j < tail;
+    };
     if constexpr (PACKED) {
       // y = exp(x - M) / D, recomputed from the inputs. A NaN anywhere in the row made D NaN, so
       // the whole row is NaN; an all -inf row has M = -inf, and x - M = NaN, as in torch; a -inf
@@ -564,13 +630,13 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
             }
           }
           T* dst = yr + k * THREADS * K;
-          if (k != tk) {
+          if (whole_out(k)) {
             *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
           } else {
             uint16_t* bits = reinterpret_cast<uint16_t*>(dst);
 #pragma unroll
             for (int j = 0; j < K; ++j) {
-              if (j < tail) bits[j] = static_cast<uint16_t>(out[j / 2] >> (16 * (j % 2)));
+              if (in(k, j)) bits[j] = static_cast<uint16_t>(out[j / 2] >> (16 * (j % 2)));
             }
           }
         }
@@ -590,8 +656,13 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
         Pack<T> out;
 #pragma unroll
         for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * factor);
-        if (k != tk) {
+        if (whole_out(k)) {
           *reinterpret_cast<Pack<T>*>(yr + k * THREADS * K) = out;
+        } else if constexpr (SHIFTED) {
+#pragma unroll
+          for (int j = 0; j < K; ++j) {
+            if (in(k, j)) yr[k * THREADS * K + j] = out.v[j];
+          }
         } else {
           for (int j = 0; j < tail; ++j) yr[k * THREADS * K + j] = out.v[j];
         }
@@ -684,6 +755,17 @@ bool rows_aligned(const RowsArgs& a) {
          (a.y_row_stride * bytes) % kVecBytes == 0;
 }
 
+// Rows the resident path takes shifted (SHIFTED): every row of y as far past a 16-byte boundary as x's
+// row, so that one split of the shifted row moves whole packs of both (odd N of a contiguous x and its
+// output, e.g.). The rows' starts are at least element-aligned, as a tensor's are.
+bool rows_shiftable(const RowsArgs& a) {
+  const int64_t bytes = elem_bytes(a.dtype);
+  const auto elem_aligned = [bytes](const void* p) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const auto apart = reinterpret_cast<uintptr_t>(a.x) - reinterpret_cast<uintptr_t>(a.y);
+  return elem_aligned(a.x) && elem_aligned(a.y) && apart % kVecBytes == 0 &&
+         ((a.x_row_stride - a.y_row_stride) * bytes) % kVecBytes == 0;
+}
+
 // The SM clock's peak rate in kHz on the current device (the stagger's unit), asked once per device.
 cudaError_t clock_khz(int* khz) {
   return remembered_per_device(std::make_tuple(0), [](int* v) {
@@ -693,11 +775,12 @@ cudaError_t clock_khz(int* khz) {
   }, khz);
 }
 
-template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED>
+// SHIFTED: rows not 16-byte aligned (shiftable), each split as its shifted row of up to K - 1 more elements.
+template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED, bool SHIFTED>
 cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, StaggerPlan stagger,
                             cudaStream_t stream) {
   constexpr int K = kPack<T>;
-  const int64_t row_packs = (a.cols + K - 1) / K;
+  const int64_t row_packs = (a.cols + (SHIFTED ? K - 1 : 0) + K - 1) / K;
   const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
   if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
   const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
@@ -705,7 +788,8 @@ cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, Sta
   int khz = 0;
   if (stagger.groups > 1 && stagger.step_ns > 0) LAB_CUDA_TRY(clock_khz(&khz));
   return launch_clusters(
-      cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED>, cluster, THREADS, smem, a.rows, persistent,
+      cluster_resident_softmax_kernel<T, THREADS, ELEMS, STAGES, PACKED, SHIFTED>, cluster, THREADS, smem, a.rows,
+      persistent,
       stream, [&](int resident, int64_t clusters) {
         // Only a launch of a wave or more: with fewer rows than resident clusters the stagger only
         // delays (stagger_small_rows.txt: bfloat16 8x262144 73.2 -> 50.8% of a copy staggered).
@@ -747,15 +831,21 @@ cudaError_t dispatch_resident_shape(int index, F&& f) {
   }
 }
 
+// shifted: the rows are not 16-byte aligned but shiftable; only the shapes that load straight into
+// registers (stages 0) take them (cudaErrorInvalidValue for the others).
 template <typename T>
 cudaError_t launch_resident_index(const RowsArgs& a, int index, int cluster, bool persistent, StaggerPlan stagger,
-                                  cudaStream_t stream) {
+                                  bool shifted, cudaStream_t stream) {
   return dispatch_resident_shape(index, [&](auto i) {
     constexpr ResidentShape s = kResidentShapes[decltype(i)::value];
     if constexpr (s.packed && sizeof(T) != 2) {
       return cudaErrorInvalidValue;  // packed shapes are compiled for 16-bit dtypes only
+    } else if constexpr (s.stages == 0) {
+      return shifted ? launch_resident<T, s.threads, s.elems, 0, s.packed, true>(a, cluster, persistent, stagger, stream)
+                     : launch_resident<T, s.threads, s.elems, 0, s.packed, false>(a, cluster, persistent, stagger, stream);
     } else {
-      return launch_resident<T, s.threads, s.elems, s.stages, s.packed>(a, cluster, persistent, stagger, stream);
+      if (shifted) return cudaErrorInvalidValue;
+      return launch_resident<T, s.threads, s.elems, s.stages, s.packed, false>(a, cluster, persistent, stagger, stream);
     }
   });
 }
@@ -767,33 +857,43 @@ int cluster_resident_shapes(const ResidentShape** shapes) {
   return kResidentShapeCount;
 }
 
-ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype) {
-  const auto pick = [cols, rows](const auto& plan) {
+ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) {
+  const ClusterPlan streaming{-1, streaming_cluster(cols), true, StaggerPlan{}};
+  const auto pick = [rows, &streaming](const auto& plan, int64_t n) {
     for (const PlanEntry& e : plan) {
-      if (cols <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent, e.stagger};
+      if (n <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent, e.stagger};
     }
-    return ClusterPlan{-1, streaming_cluster(cols), true, StaggerPlan{}};
+    return streaming;
   };
-  return dtype == DType::kFloat32 ? pick(kPlan32) : pick(kPlan16);
+  if (aligned) return dtype == DType::kFloat32 ? pick(kPlan32, cols) : pick(kPlan16, cols);
+  // Shifted rows are up to a pack less one element longer: the plan of that length, where it loads
+  // straight into registers (SHIFTED); else the streaming path.
+  const int64_t n = cols + kVecBytes / elem_bytes(dtype) - 1;
+  const ClusterPlan plan = dtype == DType::kFloat32 ? pick(kPlan32, n) : pick(kPlan16, n);
+  return plan.shape >= 0 && kResidentShapes[plan.shape].stages == 0 ? plan : streaming;
 }
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
-  const ClusterPlan plan = cluster_plan(a.cols, a.rows, a.dtype);
+  const bool aligned = rows_aligned(a);
+  const ClusterPlan plan = aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
+                                                        : ClusterPlan{-1, streaming_cluster(a.cols), true, StaggerPlan{}};
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (plan.shape < 0 || !rows_aligned(a)) return launch_streaming<T>(a, stream);
-    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, plan.stagger, stream);
+    if (plan.shape < 0) return launch_streaming<T>(a, stream);
+    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, plan.stagger, !aligned, stream);
   });
 }
 
 cudaError_t softmax_cluster_with(const RowsArgs& a, int shape, int cluster, bool persistent, StaggerPlan stagger,
                                  cudaStream_t stream) {
-  if (shape < 0 || shape >= kResidentShapeCount || cluster < 1 || cluster > kMaxCluster || !rows_aligned(a)) {
+  const bool aligned = rows_aligned(a);
+  if (shape < 0 || shape >= kResidentShapeCount || cluster < 1 || cluster > kMaxCluster ||
+      (!aligned && !rows_shiftable(a))) {
     return cudaErrorInvalidValue;
   }
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return launch_resident_index<T>(a, shape, cluster, persistent, stagger, stream);
+    return launch_resident_index<T>(a, shape, cluster, persistent, stagger, !aligned, stream);
   });
 }
 
