@@ -407,7 +407,7 @@ def test_cluster_packed_partial_last_pack_through_out(n, dtype):
 
 
 # Odd N across kPlan16's and kPlan32's entries, some within a pack of an entry's max_cols (their shifted rows
-# take the next entry), and past the last resident entry (the streaming path).
+# would cross into the next entry: the streaming path), and past the last resident entry (streaming too).
 SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 32001, 50257, 65535, 100003, 131071, 262143, 524287]
 
 

@@ -35,8 +35,9 @@
 // the non-portable cluster size attribute.
 // Rows whose starts are not 16-byte aligned (odd N, e.g. a 50257-element vocabulary: row r of a
 // contiguous tensor starts r * N elements in) are split from the 16-byte boundary below their start, as
-// rows of up to a pack less one element more (SHIFTED, on that length's plan), where y's rows are as far
-// past a boundary as x's and the plan loads straight into registers: the same one read and one write.
+// rows of up to a pack less one element more (SHIFTED), where y's rows are as far past a boundary as x's,
+// the plan loads straight into registers and the longest shifted row is within the same plan entry: the
+// same one read and one write (see cluster_plan).
 // Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements), and misaligned rows that cannot
 // be shifted, take the streaming path: the same cluster split, but each CTA sweeps its slice
 // twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
@@ -865,12 +866,17 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) 
     }
     return streaming;
   };
-  if (aligned) return dtype == DType::kFloat32 ? pick(kPlan32, cols) : pick(kPlan16, cols);
-  // Shifted rows are up to a pack less one element longer: the plan of that length, where it loads
-  // straight into registers (SHIFTED); else the streaming path.
-  const int64_t n = cols + kVecBytes / elem_bytes(dtype) - 1;
-  const ClusterPlan plan = dtype == DType::kFloat32 ? pick(kPlan32, n) : pick(kPlan16, n);
-  return plan.shape >= 0 && kResidentShapes[plan.shape].stages == 0 ? plan : streaming;
+  const auto plan_of = [&](int64_t n) { return dtype == DType::kFloat32 ? pick(kPlan32, n) : pick(kPlan16, n); };
+  if (aligned) return plan_of(cols);
+  // Shifted rows are up to a pack less one element longer (SHIFTED): the plan of cols where the longest
+  // shifted row is still within its entry and it loads straight into registers; else the streaming path.
+  // Across an entry's max_cols the next entry's split of rows half its length lost to the streaming path
+  // at 4 of the 7 lengths measured (float32 4096x16383 0.78x, 4096x8191 0.85x, 256x262143 0.91x, bfloat16
+  // 1024x65535 0.90x; results/h200/experiments/ab_shifted_rows_655d0c9.txt).
+  const ClusterPlan plan = plan_of(cols);
+  const ClusterPlan longest = plan_of(cols + kVecBytes / elem_bytes(dtype) - 1);
+  const bool same_entry = plan.shape == longest.shape && plan.cluster == longest.cluster;
+  return plan.shape >= 0 && same_entry && kResidentShapes[plan.shape].stages == 0 ? plan : streaming;
 }
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {

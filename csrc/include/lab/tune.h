@@ -46,7 +46,8 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 
 // The plan the cluster launcher uses for `rows` rows of `cols` elements of `dtype`: rows whose starts are
 // 16-byte aligned (aligned), or, where they are not, rows as far past a boundary in y as in x (cluster.cu,
-// SHIFTED: the plan of cols + a pack - 1 where it loads straight into registers, else the streaming path).
+// SHIFTED: the plan of cols where a row a pack less one element longer is in the same entry and it loads
+// straight into registers, else the streaming path).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
 // The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
