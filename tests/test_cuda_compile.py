@@ -223,6 +223,25 @@ def test_cluster_shapes_and_plans():
 
 
 @needs_extension
+def test_cluster_shifted_plans():
+    """Rows off 16-byte boundaries (cluster_plan's aligned=False): the plan of N itself, on a shape that loads
+    straight into registers and holds a row a pack less one element longer, where that longest row stays in N's
+    entry (a 50257-element vocabulary, 32001, 4097); the streaming path (-1) where it would cross into the next
+    entry (within a pack of an entry's end: 8191, 65535) or the plan is staged or past the last entry."""
+    shapes = cuda_variants.cluster_shapes()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        for n in (4097, 12001, 32001, 50257):
+            shifted = list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False))
+            assert shifted == list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096)), (n, dtype, shifted)
+            s = shapes[shifted[0]]
+            assert s.stages == 0 and n + pack - 1 <= shifted[1] * s.threads * s.elems, (n, dtype, shifted)
+        for n in (8191, 65535, 2**20 + 1):
+            assert torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False)[0] == -1, (n, dtype)
+    assert torch.ops.lab_tune.cluster_plan(262143, torch.bfloat16, 256, False)[0] == -1  # the 524288 entry is staged
+
+
+@needs_extension
 @pytest.mark.parametrize("groups, step_ns", [(0, 0), (65, 100), (4, -1), (4, 100001)])
 def test_cluster_stagger_out_of_range_is_refused(groups, step_ns):
     """The tuning op's first-wave stagger is checked before anything runs (on any device)."""

@@ -415,9 +415,9 @@ SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 32001, 50257, 65535, 100003, 13107
 @pytest.mark.parametrize("n", SHIFTED_NS)
 def test_cluster_shifted_rows(n, dtype):
     """Odd N of a contiguous input: its rows start off 16-byte boundaries, every distance in its 16 rows.
-    cuda.cluster runs them on the resident kernel, shifted (one read), where the plan of N + pack - 1 loads
-    straight into registers (torch.ops.lab_tune.cluster_plan(..., aligned=False)), else on the streaming
-    kernel; checked against float64 with -inf and NaN in the first and last packs. A view one element into
+    cuda.cluster runs them on the resident kernel, shifted (one read), where its plan for such rows says so
+    (torch.ops.lab_tune.cluster_plan(..., aligned=False); tests/test_cuda_compile.py checks which N), else on the
+    streaming kernel; checked against float64 with -inf and NaN in the first and last packs. A view one element into
     its buffer, whose rows are no longer as far past a boundary as the output's, takes the streaming kernel."""
     rows = 16
     plan = torch.ops.lab_tune.cluster_plan(n, dtype, rows, False)
