@@ -250,8 +250,11 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       fewest rows); aligned False: rows not 16-byte aligned, as far past a boundary in y as in x
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
-//   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype) -> str[]  [variant, "table" or
-//       "default rule"]
+//   torch.ops.lab_tune.register_cached_peels(int cols, ScalarType dtype) -> bool  whether register_cached takes
+//       rows off 16-byte boundaries on its PEELED kernels (else element by element)
+//   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]
+//       [variant, "table" or "default rule", "odd rows" where the odd-rows rule replaced that choice, else ""];
+//       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N)
 namespace {
 template <typename Launch>
 at::Tensor tuned(const at::Tensor& x, const char* op, Launch&& launch) {
@@ -307,11 +310,17 @@ void tune_set_auto_table(const std::string& gpu, const std::vector<std::string>&
   TORCH_CHECK(lab::set_auto_table(gpu, names, flat, &error), "lab_tune::set_auto_table: ", error);
 }
 
-std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype) {
+std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype, bool aligned) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  bool from_table = false;
-  const std::string name = lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), &from_table);
-  return {name, from_table ? "table" : "default rule"};
+  bool from_table = false, odd_rows = false;
+  const std::string name =
+      lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), aligned, &from_table, &odd_rows);
+  return {name, from_table ? "table" : "default rule", odd_rows ? "odd rows" : ""};
+}
+
+bool tune_register_cached_peels(int64_t cols, at::ScalarType dtype) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  return lab::register_cached_peels(cols, lab::to_lab_dtype(probe, "register_cached_peels"));
 }
 
 std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned) {
@@ -329,7 +338,8 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
   m.def("cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
-  m.def("auto_choice(int rows, int cols, ScalarType dtype) -> str[]", &tune_auto_choice);
+  m.def("auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]", &tune_auto_choice);
+  m.def("register_cached_peels(int cols, ScalarType dtype) -> bool", &tune_register_cached_peels);
 }
 TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {
   m.impl("cluster", &tune_cluster);

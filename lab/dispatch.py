@@ -265,8 +265,15 @@ def install_committed() -> list[Path]:
 def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     """Lines saying what torch.ops.lab.softmax runs for an (m, n) input of `dtype`, and why."""
     name = str(dtype).removeprefix("torch.")
-    variant, source = torch.ops.lab_tune.auto_choice(m, n, dtype)
-    lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source})"]
+    # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
+    pack = 16 // dtype.itemsize
+    aligned = n % pack == 0
+    variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
+    lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then the odd-rows rule' if odd_rows else ''})"]
+    if odd_rows:
+        lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
+                     "cluster would read them twice (its streaming path); register_cached reads them once "
+                     "(csrc/softmax/dispatch/auto.cu)")
     if source == "table" and torch.cuda.is_available():
         path = table_path(current_gpu())
         table = load(path) if path.exists() else None
@@ -283,12 +290,11 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
         lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
-    # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
-    pack = 16 // dtype.itemsize
-    aligned = n % pack == 0
     if variant == "register_cached" and not aligned:
         lines.append(f"  register_cached: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
-                     "the rows that start off a 16-byte boundary are read and written element by element")
+                     + ("each row's elements before its first 16-byte boundary are peeled off, the rest moves in "
+                        "16-byte packs" if torch.ops.lab_tune.register_cached_peels(n, dtype) else
+                        "read and written element by element (at this length that measured faster than the peel)"))
     if variant == "cluster":
         from lab.backends.cuda_variants import cluster_shapes
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lab import dispatch
+from lab.backends import cuda_variants
 from lab.env import ROOT
 
 COMMITTED = sorted((ROOT / "results").glob(f"*/{dispatch.FILENAME}"))
@@ -70,13 +71,33 @@ def installed_extension():
 ])
 def test_lookup(installed_extension, m, n, expected):
     dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
-    assert list(torch.ops.lab_tune.auto_choice(m, n, torch.float32)) == [expected, "table"]
+    assert list(torch.ops.lab_tune.auto_choice(m, n, torch.float32)) == [expected, "table", ""]
 
 
 def test_default_rule_outside_the_table(installed_extension):
     dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
     assert torch.ops.lab_tune.auto_choice(5, 70000, torch.float32)[1] == "default rule"  # longer than any entry
-    assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule"]
+    assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule", ""]
+
+
+def test_odd_rows_leave_clusters_streaming_path_to_register_cached(installed_extension):
+    """Rows off 16-byte boundaries (aligned=False: a contiguous input of odd N) where the table names cluster: auto
+    takes register_cached instead exactly where cluster's plan for such rows is its streaming path (two reads) and
+    register_cached holds the row; aligned rows keep the table's choice."""
+    cluster_everywhere = [record("cuda.cluster", 3000, n, 4096, dtype) for n in (1024, 16384, 65536)
+                          for dtype in ("float32", "bfloat16")]
+    dispatch.install(dispatch.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
+    limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
+    rerouted = kept = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in range(1001, 65536, 1000):
+            streams = torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False)[0] < 0
+            expected = ["register_cached", "table", "odd rows"] if streams and n <= limit else ["cluster", "table", ""]
+            assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype, False)) == expected, f"{dtype} N={n}"
+            assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype)) == ["cluster", "table", ""]
+            rerouted += expected[2] == "odd rows"
+            kept += expected[2] == "" and n <= limit
+    assert rerouted and kept, "both sides of the rule: some odd N stay on cluster's shifted rows, some stream"
 
 
 def test_malformed_table_is_refused(installed_extension):
@@ -152,7 +173,7 @@ def test_the_python_rule_is_the_extensions(installed_extension, m, n):
     """lab.softmax looks its entries up with the rule torch.ops.lab.softmax's C++ applies to its own."""
     table = dispatch.build_table(RECORDS, dispatch.current_gpu(), "test")
     dispatch.install(table)
-    variant, source = torch.ops.lab_tune.auto_choice(m, n, torch.float32)
+    variant, source, _ = torch.ops.lab_tune.auto_choice(m, n, torch.float32)
     python = dispatch.choose(table["entries"]["float32"], m, n)
     assert (python, source) == ((variant, "table") if python else (python, "default rule"))
 
@@ -171,7 +192,7 @@ def test_the_extension_reads_each_committed_table_as_python_does(installed_exten
         dtype = getattr(torch, dtype_label)
         points = {(m + dm, n + dn) for n, m, _, _ in entries for dm in (-1, 0, 1) for dn in (-1, 0, 1) if m + dm >= 1}
         for m, n in sorted(points):
-            variant, source = torch.ops.lab_tune.auto_choice(m, n, dtype)
+            variant, source, _ = torch.ops.lab_tune.auto_choice(m, n, dtype)
             python = dispatch.choose(entries, m, n)
             assert (variant, source) == ((python, "table") if python else (variant, "default rule")), \
                 f"{dtype_label} {m}x{n}: the extension chose {variant} ({source}), the table says {python}"

@@ -520,7 +520,7 @@ def _launched_kernels(fn) -> list[str]:
 
 # (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
 # elements per thread, block threads, persistent, packed, staged, registers asked (0: the estimate), shared
-# exponentials):
+# exponentials; the test adds the last, peeled, from the input's alignment):
 # register_cached.cu's few-rows shapes (FewRowsShape). The few rows are a grid that any GPU of 16 SMs or
 # more holds at once (64 blocks of 128 threads, or 256 of 64 at 32 registers: 16 per SM, the fewest blocks
 # an SM of sm_80 or later holds); the many are more blocks than a GPU of 132 SMs holds at 16 blocks of 128
@@ -553,10 +553,54 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
                                 (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
-        assert len(names) == 1 and f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}>" in names[0], \
-            f"{what}: launched {names}"
+        peeled = "true" if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 else "false"  # rows off 16 B
+        kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}, {peeled}>"
+        assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
         assert res.ok, f"{what}: {res.summary()}"
+
+
+# Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape only there),
+# and rows shorter than a 16-byte pack, whose head may be the whole row.
+PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", PEELED_NS)
+def test_register_cached_peeled_rows(n, dtype):
+    """Odd N of a contiguous input: its rows start off 16-byte boundaries, every distance in its 16 rows.
+    cuda.register_cached takes them on its PEELED kernels (each row's head held beside the packs of its body) where
+    its table entry peels (torch.ops.lab_tune.register_cached_peels), else element by element;
+    checked against float64 with -inf and NaN in the heads and at the ends, with few rows (the few-rows
+    shapes) and with more (the table's own), into a contiguous output (its body written as packs) and into one
+    whose rows are off boundaries by other distances (written element by element). An aligned view one element
+    into its buffer takes them too; rows of whole packs on boundaries take the kernel without the peel."""
+    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    peels = "true" if torch.ops.lab_tune.register_cached_peels(n, dtype) else "false"
+    for rows in (16, 3000):
+        x = inputs.make_input(Shape(rows, n), dtype, "cuda")
+        x[1, :3] = -math.inf
+        x[2, -3:] = -math.inf
+        x[3, 0] = math.nan
+        x[4, -1] = math.nan
+        x[5, :-1] = -math.inf
+        x[6, 1:] = -math.inf
+        x[7, min(1, n - 1)] = math.inf
+        view = inputs.make_input(Shape(1, rows * n + 1), dtype, "cuda").view(-1)[1:].view(rows, n)
+        for t, what in ((x, "contiguous"), (view, "one element in")):
+            label = f"{rows}x{n} {dtype_name(dtype)} {what}"
+            names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.register_cached(t))
+                     if "register_cached" in k]
+            assert len(names) == 1 and names[0].split(">")[0].endswith(peels), f"{label}: launched {names}"
+            res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t))
+            assert res.ok, f"{label}: {res.summary()}"
+        out = torch.full((rows * n + 3,), math.nan, dtype=dtype, device="cuda")[3:].view(rows, n)
+        torch.ops.lab.register_cached.out(x, out=out)
+        res = check.compare(out, SOFTMAX.reference(x), dtype)
+        assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
+    aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
+    names = [k for k in _launched_kernels(lambda: torch.ops.lab.register_cached(aligned)) if "register_cached" in k]
+    assert len(names) == 1 and names[0].split(">")[0].endswith("false"), f"aligned rows: launched {names}"
 
 
 def _cuda_type(dtype: torch.dtype) -> str:

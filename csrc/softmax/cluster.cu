@@ -879,14 +879,24 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) 
   return plan.shape >= 0 && same_entry && kResidentShapes[plan.shape].stages == 0 ? plan : streaming;
 }
 
-cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
+namespace {
+// The plan softmax_cluster launches `a` with: cluster_plan's for aligned or shiftable rows, else the streaming path.
+ClusterPlan plan_for(const RowsArgs& a) {
   const bool aligned = rows_aligned(a);
-  const ClusterPlan plan = aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
-                                                        : ClusterPlan{-1, streaming_cluster(a.cols), true, StaggerPlan{}};
+  return aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
+                                      : ClusterPlan{-1, streaming_cluster(a.cols), true, StaggerPlan{}};
+}
+}  // namespace
+
+bool cluster_streams(const RowsArgs& a) { return plan_for(a).shape < 0; }
+
+cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
+  const ClusterPlan plan = plan_for(a);
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (plan.shape < 0) return launch_streaming<T>(a, stream);
-    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, plan.stagger, !aligned, stream);
+    return launch_resident_index<T>(a, plan.shape, plan.cluster, plan.persistent, plan.stagger, !rows_aligned(a),
+                                    stream);
   });
 }
 

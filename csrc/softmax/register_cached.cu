@@ -22,7 +22,9 @@
 // of a 1024-thread block in float32, 32 per thread of 512 in 16-bit types); past that the launcher
 // refuses with cudaErrorInvalidValue.
 // Any rows (64-bit offsets), any N >= 1, any row strides: a row whose start is not 16-byte aligned
-// is read and written with scalar accesses.
+// (odd N, a view one element in) has its head, the elements before its first 16-byte boundary, peeled
+// off and held beside the packs of the rest (PEELED); y's row is written the same way where it is as far
+// past a boundary as x's, else element by element.
 // Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at c1f8eda):
 // 97-100% of a copy in float32 and 96-100% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
 // its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
@@ -110,7 +112,15 @@ struct RowShape {
   bool persistent;
   bool staged;  // whole packs copied to shared memory by cp.async, then read (one block per row group only)
   FewRowsShape few = {};
+  bool peel = true;  // rows off 16-byte boundaries on the PEELED kernels (else element by element); see below
 };
+// peel: in one device call (scripts/ab.sh, interleaved rounds, results/h200/experiments/ab_peeled_rows_4d1f008_*.txt;
+// time element by element / peeled, above 1: the peel is faster) the peel won from float32 N = 65 (1.03) and
+// bfloat16 N = 257 (1.02) up: float32 4096x8191 1.42, 4096x16383 2.20, 16384x2049 1.13, 524288x127 1.16; bfloat16
+// 4096x8191 3.44, 4096x16383 3.45, 131072x511 2.47, and bfloat16 N = 1 to 64 too (2097152x31 2.54, 1048576x63 3.40).
+// Where a thread holds one or two packs of a short row it lost: float32 2097152x17 0.73, 2097152x33 0.71,
+// 1048576x63 0.91 (one pack a thread: the head's load, exponential and store cost more than the packs save), bfloat16
+// 1048576x65 0.96, 524288x129 0.95. Those entries keep element by element.
 // float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
 // (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
@@ -128,7 +138,7 @@ struct RowShape {
 // (torch.compile 99.6), 65536x1024 97.9 -> 99.1 (128 x 8: 99.5, but 2.4% behind the table at the
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
-    {32, 8, 4, false, false},     {64, 16, 4, false, false},      {128, 16, 8, false, false},
+    {32, 8, 4, false, false, {}, false}, {64, 16, 4, false, false, {}, false}, {128, 16, 8, false, false},
     {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false, {32, 32, true}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
@@ -170,8 +180,8 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
 // 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
-    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
+    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}, false},
+    {256, 16, 16, false, true, {}, false}, {512, 32, 16, false, true, {32, 16, true, 0, true}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
@@ -182,6 +192,7 @@ template <typename T>
 constexpr const RowShape (&kRowShapes)[kShapes] = sizeof(T) == 4 ? kRowShapes32 : kRowShapes16;
 constexpr int64_t kMaxCols = kRowShapes32[kShapes - 1].max_cols;
 static_assert(kMaxCols == kRowShapes16[kShapes - 1].max_cols, "the same limit in every dtype");
+static_assert(kMaxCols == kRegisterCachedMaxCols, "tune.h's copy of the limit (auto.cu's odd-rows rule reads it)");
 
 // Every shape holds its longest row (threads x elements >= max_cols: a shorter group would leave
 // elements unread), in whole 16-byte packs of its dtype, with a power-of-two group (the xor
@@ -284,8 +295,15 @@ constexpr int kMinBlocks =
 // SHARED_EXPS (packed, one block per row group): the exp-sum stores each exponential, as float32, in shared
 // memory (over the staged packs, which are in registers by then), and the write multiplies them by 1 / d:
 // one exponential per element instead of two, for 8 bytes of shared-memory traffic per element.
+// PEELED (rows of x that start off a 16-byte boundary: odd N, a view one element in): each row's head, the
+// h < K elements before its first boundary, is peeled off and held as floats beside the fragment (element
+// i by lane i % THREADS_PER_ROW); the rest of the row, its body, starts on the boundary and is split into
+// packs as an aligned row is, read and written as 16-byte packs (y's body too where y's row is as far
+// past a boundary as x's: a contiguous output). One read and one write per element, where without it
+// every element of such a row is read and written on its own. The body is h elements shorter than the
+// row, so the row's own table entry holds it.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
@@ -328,11 +346,17 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // one-row-per-iteration version stalled on its loads (long scoreboard) at 50-74% of peak DRAM
   // throughput for bfloat16. On a grid of one block per row group the prefetch finds no next row.
   // A pack that is not whole, or of a misaligned row, is read element by element when it is used.
+  // PEELED: packs split the row's body, which starts `head` elements in, on a 16-byte boundary.
+  constexpr int kHeadSlots = PEELED ? (K - 1 + THREADS_PER_ROW - 1) / THREADS_PER_ROW : 0;
+  const auto head_of = [&](int64_t row) {  // at most the row: a row shorter than K may end before a boundary
+    return PEELED ? min(elems_to_alignment(x + row * x_stride), cols) : 0;
+  };
   const auto wide_pack = [&](int64_t row, int k) {
-    return row < rows && is_aligned(x + row * x_stride) && (lane + k * THREADS_PER_ROW + 1) * K <= cols;
+    return row < rows && (PEELED || is_aligned(x + row * x_stride)) &&
+           (lane + k * THREADS_PER_ROW + 1) * K <= cols - head_of(row);
   };
   const auto pack_at = [&](int64_t row, int k) {
-    return reinterpret_cast<const Pack<T>*>(x + row * x_stride) + lane + k * THREADS_PER_ROW;
+    return reinterpret_cast<const Pack<T>*>(x + row * x_stride + head_of(row)) + lane + k * THREADS_PER_ROW;
   };
   Pack<T> next[PERSISTENT ? PACKS : 1];
   const auto prefetch = [&](int64_t row) {
@@ -360,6 +384,16 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     const int64_t row = first + threadIdx.x / THREADS_PER_ROW;
     const bool valid = row < rows;
     const T* xr = x + (valid ? row : 0) * x_stride;
+    const int head = valid ? head_of(row) : 0;  // 0 unless PEELED
+    const T* xb = xr + head;                     // the body
+    const int body = cols - head;
+    // PEELED: head element lane + i * THREADS_PER_ROW in slot i (-inf past the head or of no row).
+    float head_v[kHeadSlots > 0 ? kHeadSlots : 1];
+#pragma unroll
+    for (int i = 0; i < kHeadSlots; ++i) {
+      const int j = lane + i * THREADS_PER_ROW;
+      head_v[i] = j < head ? to_float(xr[j]) : -CUDART_INF_F;
+    }
 
     if constexpr (STAGED) {
 #pragma unroll
@@ -382,12 +416,12 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
           const uint4 q = *reinterpret_cast<const uint4*>(&pk);
           v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
         } else {
-          const uint16_t* bits = reinterpret_cast<const uint16_t*>(xr);
+          const uint16_t* bits = reinterpret_cast<const uint16_t*>(xb);
 #pragma unroll
           for (int i = 0; i < kPackWords; ++i) {
             const int j = e0 + 2 * i;
-            const uint32_t lo = valid && j < cols ? bits[j] : PairOf<T>::kMinusInf;
-            const uint32_t hi = valid && j + 1 < cols ? bits[j + 1] : PairOf<T>::kMinusInf;
+            const uint32_t lo = valid && j < body ? bits[j] : PairOf<T>::kMinusInf;
+            const uint32_t hi = valid && j + 1 < body ? bits[j + 1] : PairOf<T>::kMinusInf;
             v[k][i] = lo | hi << 16;
           }
         }
@@ -397,14 +431,25 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
       } else {
 #pragma unroll
-        for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < cols ? to_float(xr[e0 + j]) : -CUDART_INF_F;
+        for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < body ? to_float(xb[e0 + j]) : -CUDART_INF_F;
       }
     }
     prefetch(row + step);
 
+    // The head's share of the max and the sum (PEELED; nothing otherwise).
+    const auto head_max = [&](float mv) {
+#pragma unroll
+      for (int i = 0; i < kHeadSlots; ++i) mv = fmaxf(mv, head_v[i]);
+      return mv;
+    };
+    const auto head_sum = [&](float dv, float shift) {
+#pragma unroll
+      for (int i = 0; i < kHeadSlots; ++i) dv += fast_exp(head_v[i] - shift);
+      return dv;
+    };
     float m, d;
     if constexpr (PACKED) {
-      m = allreduce(fragment_max<T>(v), MaxOp{});
+      m = allreduce(head_max(fragment_max<T>(v)), MaxOp{});
       if constexpr (SHARED_EXPS) {
         float4 e4;  // word i's exponentials, stored by pairs of words
         const auto keep = [&](int k, int i, float2 e) {
@@ -415,13 +460,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
             memcpy(&stage[2 * k + i / 2][threadIdx.x], &e4, sizeof(e4));
           }
         };
-        d = allreduce(fragment_exp_sum<T>(v, m, keep), SumOp{});
+        d = allreduce(head_sum(fragment_exp_sum<T>(v, m, keep), m), SumOp{});
       } else {
-        d = allreduce(fragment_exp_sum<T>(v, m), SumOp{});  // the fragment keeps the inputs
+        d = allreduce(head_sum(fragment_exp_sum<T>(v, m), m), SumOp{});  // the fragment keeps the inputs
       }
     } else {
-      m = allreduce(fragment_max(v), MaxOp{});
-      d = allreduce(fragment_exp_sum(v, m), SumOp{});  // the fragment now holds the exponentials
+      m = allreduce(head_max(fragment_max(v)), MaxOp{});
+      d = allreduce(head_sum(fragment_exp_sum(v, m), m), SumOp{});  // the fragment now holds the exponentials
     }
     if (!valid) continue;  // after the reductions, which need every lane
 
@@ -434,7 +479,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     const float log2_d = fast_log2(d);
     const float c = m * kLog2e + log2_d;
     T* yr = y + row * y_stride;
-    const bool wide_out = is_aligned(yr);
+    T* yb = yr + head;
+    const bool wide_out = is_aligned(yb);
+#pragma unroll
+    for (int i = 0; i < kHeadSlots; ++i) {
+      const int j = lane + i * THREADS_PER_ROW;
+      if (j < head) yr[j] = from_float<T>(fast_exp(head_v[i] - m) * inv_d);
+    }
     const auto write = [&](auto fold) {
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
@@ -459,12 +510,12 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
 #pragma unroll
           for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
         }
-        if (wide_out && e0 + K <= cols) {
-          reinterpret_cast<Pack<T>*>(yr)[e0 / K] = out;
+        if (wide_out && e0 + K <= body) {
+          reinterpret_cast<Pack<T>*>(yb)[e0 / K] = out;
         } else {
 #pragma unroll
           for (int j = 0; j < K; ++j) {
-            if (e0 + j < cols) yr[e0 + j] = out.v[j];
+            if (e0 + j < body) yb[e0 + j] = out.v[j];
           }
         }
       }
@@ -596,11 +647,11 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
   const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED,
-                                                     REGISTERS, SHARED_EXPS>;
+                                                     REGISTERS, SHARED_EXPS, PEELED>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -623,6 +674,20 @@ cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t str
                     : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false, kPacked<T>, STAGED>(a, sms, stream);
 }
 
+// A table entry's launch: rows off 16-byte boundaries (`peeled`) on a PEELED kernel where the entry peels (PEEL).
+// PEELED kernels are compiled for the table's own grid (TABLE_PERSISTENT) only: such rows forced onto the other
+// grid (a tuning call) run that grid's kernel, element by element.
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool STAGED, bool TABLE_PERSISTENT, bool PEEL>
+cudaError_t launch_entry(const RowsArgs& a, int sms, bool persistent, bool peeled, cudaStream_t stream) {
+  if constexpr (PEEL) {
+    if (peeled && persistent == TABLE_PERSISTENT) {
+      return launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, TABLE_PERSISTENT, kPacked<T>, STAGED && !TABLE_PERSISTENT,
+                         0, false, true>(a, sms, stream);
+    }
+  }
+  return launch<T, THREADS_PER_ROW, ELEMS, BLOCK, STAGED>(a, sms, persistent, stream);
+}
+
 // Calls f(threads-per-row, elements-per-thread, block, packed, staged constants) for T's tuning shape
 // `index`.
 template <typename T, int I = 0, typename F>
@@ -638,6 +703,11 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
     }
     return dispatch_tune_shape<T, I + 1>(index, f);
   }
+}
+
+// Whether some row of x starts off a 16-byte boundary (the PEELED kernels take such rows).
+bool x_rows_misaligned(const RowsArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.x) % kVecBytes != 0 || (a.x_row_stride * elem_bytes(a.dtype)) % kVecBytes != 0;
 }
 
 }  // namespace
@@ -658,6 +728,14 @@ int register_cached_tune_shapes(DType dtype, const int** flat) {
   const bool wide = dtype == DType::kFloat32;
   *flat = wide ? k32.data() : k16.data();
   return static_cast<int>((wide ? k32.size() : k16.size()) / kTuneShapeFields);
+}
+
+bool register_cached_peels(int64_t cols, DType dtype) {
+  if (cols < 1 || cols > kMaxCols) return false;
+  for (const RowShape& s : dtype == DType::kFloat32 ? kRowShapes32 : kRowShapes16) {
+    if (cols <= s.max_cols) return s.peel;
+  }
+  return false;
 }
 
 cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStream_t stream) {
@@ -681,6 +759,7 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
   if (a.cols > kMaxCols) return cudaErrorInvalidValue;  // see Limits in the header
   int sms = 0;
   LAB_CUDA_TRY(device_sm_count(&sms));
+  const bool peeled = x_rows_misaligned(a);
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return dispatch_row_shape<T>(a.cols, [&](auto index) {
@@ -691,16 +770,28 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
         constexpr FewRowsShape f = s.few;
         constexpr int kFewBlock = kBlockThreads<f.threads_per_row>;
         constexpr int kRowsPerBlock = kFewBlock / f.threads_per_row;
-        if (persistent != 1) {
+        // Launches the few-rows shape where its whole grid is resident at once (`launched`), else nothing.
+        const auto few = [&](auto peel, bool* launched) {
+          constexpr bool kPeeled = decltype(peel)::value;
           int per_sm = 0;
           LAB_CUDA_TRY(resident_blocks_per_sm(
               register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
-                                             f.staged, f.registers, f.shared_exps>,
+                                             f.staged, f.registers, f.shared_exps, kPeeled>,
               kFewBlock, &per_sm));
-          if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
-            return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
-                               f.registers, f.shared_exps>(a, sms, stream);
+          *launched = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms;
+          if (!*launched) return cudaSuccess;
+          return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
+                             f.registers, f.shared_exps, kPeeled>(a, sms, stream);
+        };
+        if (persistent != 1) {
+          bool launched = false;
+          cudaError_t e;
+          if constexpr (s.peel) {
+            e = peeled ? few(std::true_type{}, &launched) : few(std::false_type{}, &launched);
+          } else {
+            e = few(std::false_type{}, &launched);
           }
+          if (e != cudaSuccess || launched) return e;
         }
       }
       const bool persistent_grid = persistent < 0 ? s.persistent : persistent != 0;
@@ -709,11 +800,12 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
       if constexpr (kThreadsPerRow <= kWarpSize) {
         constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
         if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
-          return launch<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, s.staged>(a, sms, persistent_grid, stream);
+          return launch_entry<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, s.staged, s.persistent, s.peel>(
+              a, sms, persistent_grid, peeled, stream);
         }
       }
-      return launch<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, s.staged>(a, sms, persistent_grid,
-                                                                                         stream);
+      return launch_entry<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, s.staged, s.persistent, s.peel>(
+          a, sms, persistent_grid, peeled, stream);
     });
   });
 }

@@ -50,6 +50,12 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 // straight into registers, else the streaming path).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
+// Whether the cluster launcher takes `args` on its streaming path (two reads of every element).
+bool cluster_streams(const RowsArgs& args);
+
+// The longest row register_cached takes (register_cached.cu, kMaxCols).
+constexpr int64_t kRegisterCachedMaxCols = 16384;
+
 // The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
 // when the slice does not fit the shape's registers or the rows are not 16-byte aligned.
 // persistent: a grid of the resident clusters looping over rows (else one cluster per row); stagger:
@@ -61,6 +67,11 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1). With 0 and
 // -1, an entry's few-rows shape takes the rows where its grid is resident all at once.
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
+
+// Whether register_cached takes rows of `cols` elements that start off a 16-byte boundary on its PEELED kernels
+// (the head before the first boundary peeled off, the rest in 16-byte packs), else element by element: its table
+// entry's `peel` (register_cached.cu). False past its limit.
+bool register_cached_peels(int64_t cols, DType dtype);
 
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
 // ints per shape for `dtype`: threads per row, elements per thread, threads per block, packed (1: 16-bit
@@ -82,8 +93,10 @@ cudaError_t softmax_auto(const RowsArgs& args, cudaStream_t stream);
 bool set_auto_table(const std::string& gpu, const std::vector<std::string>& names, const std::vector<int64_t>& flat,
                     std::string* error);
 
-// The variant auto runs for this shape on the current device, and whether its model's table (rather
-// than the default rule) chose it.
-std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool* from_table);
+// The variant auto runs for this shape on the current device, for rows whose starts are 16-byte aligned in x
+// and y (aligned) or rows as far past a boundary in both (a contiguous input of odd N, its output); whether
+// its model's table (rather than the default rule) chose it, and whether the odd-rows rule (auto.cu) then
+// replaced that choice.
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows);
 
 }  // namespace lab

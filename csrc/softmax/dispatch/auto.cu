@@ -10,10 +10,16 @@
 //   longer rows -> cluster on sm_90 or newer (thread-block clusters), online elsewhere
 // (on the H200, register_cached's one-row-per-warp-group layout wins up to those lengths and the
 // cluster split above them; without clusters, online is the one variant that takes any N).
+// Rows off 16-byte boundaries (odd N): the table is measured on aligned rows. Where it (or the default
+// rule) names cluster, and cluster would take these rows on its streaming path (two reads of every
+// element: cluster_plan keeps shifted rows resident only within an entry), register_cached takes them
+// instead where it holds the row (N <= 16384): its PEELED kernels read them once. Measured on the H200
+// (scripts/interleave.py, 4096 rows): bfloat16 4096x8191 cluster 72.7 us, register_cached 42.0;
+// 4096x16383 99.8 and 88.4 (results/h200/experiments/ab_peeled_rows_*.txt).
 // Limits: those of the chosen variant.
 #include <algorithm>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -121,12 +127,26 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   return default_choice(cols, dtype);
 }
 
+// The odd-rows rule (see the header): register_cached in place of cluster's streaming path, for rows off
+// 16-byte boundaries that register_cached holds. `streams`: whether cluster would stream these rows.
+int odd_rows_rule(int v, bool aligned, bool streams, int64_t cols) {
+  static const int cluster = index_of("cluster"), register_cached = index_of("register_cached");
+  return v == cluster && !aligned && streams && cols <= kRegisterCachedMaxCols ? register_cached : v;
+}
+
+bool x_and_y_aligned(const RowsArgs& a) {
+  const int64_t bytes = a.dtype == DType::kFloat32 ? 4 : 2;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a.x) && aligned(a.y) && (a.x_row_stride * bytes) % 16 == 0 && (a.y_row_stride * bytes) % 16 == 0;
+}
+
 }  // namespace
 
 cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   bool from_table = false;
-  const int v = choose(a.rows, a.cols, a.dtype, &from_table);
+  int v = choose(a.rows, a.cols, a.dtype, &from_table);
   if (v < 0) return cudaErrorInvalidValue;
+  v = odd_rows_rule(v, x_and_y_aligned(a), kVariants[v].launch == &softmax_cluster && cluster_streams(a), a.cols);
   return kVariants[v].launch(a, stream);
 }
 
@@ -165,9 +185,12 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
   return true;
 }
 
-std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
-  const int v = choose(rows, cols, dtype, from_table);
-  return v < 0 ? std::string() : std::string(kVariants[v].name);
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows) {
+  const int chosen = choose(rows, cols, dtype, from_table);
+  if (chosen < 0) return std::string();
+  const int v = odd_rows_rule(chosen, aligned, !aligned && cluster_plan(cols, rows, dtype, false).shape < 0, cols);
+  *odd_rows = v != chosen;
+  return std::string(kVariants[v].name);
 }
 
 }  // namespace lab
