@@ -520,7 +520,7 @@ def _launched_kernels(fn) -> list[str]:
 
 # (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
 # elements per thread, block threads, persistent, packed, staged, registers asked (0: the estimate), shared
-# exponentials; the test adds the last, peeled, from the input's alignment):
+# exponentials; the test adds the last, peeled, from the input's alignment and the entry's peel):
 # register_cached.cu's few-rows shapes (FewRowsShape). The few rows are a grid that any GPU of 16 SMs or
 # more holds at once (64 blocks of 128 threads, or 256 of 64 at 32 registers: 16 per SM, the fewest blocks
 # an SM of sm_80 or later holds); the many are more blocks than a GPU of 132 SMs holds at 16 blocks of 128
@@ -553,7 +553,8 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
                                 (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
-        peeled = "true" if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 else "false"  # rows off 16 B
+        off = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16  # rows off 16-byte boundaries
+        peeled = "true" if off and torch.ops.lab_tune.register_cached_peels(x.shape[1], dtype) else "false"
         kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}, {peeled}>"
         assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
