@@ -406,6 +406,21 @@ def test_cluster_packed_partial_last_pack_through_out(n, dtype):
     assert res.ok, f"N={n} {dtype_name(dtype)}: {res.summary()}"
 
 
+def _odd_rows(rows: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A contiguous rows x n input with -inf, NaN and +inf at the ends of rows 1 to 7 (where a row's first and last
+    16-byte packs are), and a view of as many rows one element into its buffer (every row off a boundary)."""
+    x = inputs.make_input(Shape(rows, n), dtype, "cuda")
+    x[1, :3] = -math.inf
+    x[2, -3:] = -math.inf
+    x[3, 0] = math.nan
+    x[4, -1] = math.nan
+    x[5, :-1] = -math.inf
+    x[6, 1:] = -math.inf
+    x[7, min(1, n - 1)] = math.inf
+    view = inputs.make_input(Shape(1, rows * n + 1), dtype, "cuda").view(-1)[1:].view(rows, n)
+    return x, view
+
+
 # Odd N across kPlan16's and kPlan32's entries, some within a pack of an entry's max_cols (their shifted rows
 # would cross into the next entry: the streaming path), and past the last resident entry (streaming too).
 SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 32001, 50257, 65535, 100003, 131071, 262143, 524287]
@@ -421,14 +436,7 @@ def test_cluster_shifted_rows(n, dtype):
     its buffer, whose rows are no longer as far past a boundary as the output's, takes the streaming kernel."""
     rows = 16
     plan = torch.ops.lab_tune.cluster_plan(n, dtype, rows, False)
-    x = inputs.make_input(Shape(rows, n), dtype, "cuda")
-    x[1, :3] = -math.inf
-    x[2, -3:] = -math.inf
-    x[3, 0] = math.nan
-    x[4, -1] = math.nan
-    x[5, :-1] = -math.inf
-    x[6, 1:] = -math.inf
-    off = inputs.make_input(Shape(1, rows * n + 1), dtype, "cuda").view(-1)[1:].view(rows, n)
+    x, off = _odd_rows(rows, n, dtype)
     for t, resident in ((x, plan[0] >= 0), (off, False)):
         names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.cluster(t)) if "cluster_" in k]
         kernel = "cluster_resident_softmax_kernel" if resident else "cluster_streaming_softmax_kernel"
@@ -579,15 +587,7 @@ def test_register_cached_peeled_rows(n, dtype):
     pack = 16 // torch.empty((), dtype=dtype).element_size()
     peels = "true" if torch.ops.lab_tune.register_cached_peels(n, dtype) else "false"
     for rows in (16, 3000):
-        x = inputs.make_input(Shape(rows, n), dtype, "cuda")
-        x[1, :3] = -math.inf
-        x[2, -3:] = -math.inf
-        x[3, 0] = math.nan
-        x[4, -1] = math.nan
-        x[5, :-1] = -math.inf
-        x[6, 1:] = -math.inf
-        x[7, min(1, n - 1)] = math.inf
-        view = inputs.make_input(Shape(1, rows * n + 1), dtype, "cuda").view(-1)[1:].view(rows, n)
+        x, view = _odd_rows(rows, n, dtype)
         for t, what in ((x, "contiguous"), (view, "one element in")):
             label = f"{rows}x{n} {dtype_name(dtype)} {what}"
             names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.register_cached(t))
