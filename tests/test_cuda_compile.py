@@ -226,9 +226,11 @@ def test_cluster_shapes_and_plans():
 def test_cluster_shifted_plans():
     """Rows off 16-byte boundaries (cluster_plan's aligned=False): the plan of N itself, on a shape that loads
     straight into registers and holds a row a pack less one element longer, where that longest row stays in N's
-    entry (a 50257-element vocabulary, 32001, 4097); the streaming path (-1) where it would cross into the next
-    entry (within a pack of an entry's end: 8191, 65535) or the plan is staged or past the last entry."""
+    entry (a 50257-element vocabulary, 32001, 4097). Within a pack of an entry's end (8191, 16383, 32767, 65535,
+    131071) the longest row crosses it: N's own shape with one more CTA per row where the entry has 2 to 15 and
+    the row fits, else the streaming path (-1), as past the last entry and on a staged plan."""
     shapes = cuda_variants.cluster_shapes()
+    plus_one = streamed = 0
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         pack = 16 // torch.empty((), dtype=dtype).element_size()
         for n in (4097, 12001, 32001, 50257):
@@ -236,9 +238,23 @@ def test_cluster_shifted_plans():
             assert shifted == list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096)), (n, dtype, shifted)
             s = shapes[shifted[0]]
             assert s.stages == 0 and n + pack - 1 <= shifted[1] * s.threads * s.elems, (n, dtype, shifted)
-        for n in (8191, 65535, 2**20 + 1):
-            assert torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False)[0] == -1, (n, dtype)
+        for n in (8191, 16383, 32767, 65535, 131071):
+            own = list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096))
+            shifted = list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False))
+            crosses = list(torch.ops.lab_tune.cluster_plan(n + pack - 1, dtype, 4096))[:2] != own[:2]
+            assert crosses, (n, dtype, "not within a pack of an entry's end any more: pick lengths that are")
+            s = shapes[own[0]] if own[0] >= 0 else None
+            packs = (n + 2 * (pack - 1)) // pack  # of the longest shifted row, n + pack - 1 elements
+            fits = s is not None and packs <= (own[1] + 1) * (s.threads * s.elems // pack)
+            if s is not None and s.stages == 0 and 2 <= own[1] < 16 and fits:
+                assert shifted == [own[0], own[1] + 1, own[2], 1, 0], (n, dtype, own, shifted)
+                plus_one += 1
+            else:
+                assert shifted[0] == -1, (n, dtype, own, shifted)
+                streamed += 1
+        assert torch.ops.lab_tune.cluster_plan(2**20 + 1, dtype, 4096, False)[0] == -1, dtype  # past the last entry
     assert torch.ops.lab_tune.cluster_plan(262143, torch.bfloat16, 256, False)[0] == -1  # the 524288 entry is staged
+    assert plus_one and streamed, "both sides of the crossing rule"
 
 
 @needs_extension

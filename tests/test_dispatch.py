@@ -82,22 +82,23 @@ def test_default_rule_outside_the_table(installed_extension):
 
 def test_odd_rows_leave_clusters_streaming_path_to_register_cached(installed_extension):
     """Rows off 16-byte boundaries (aligned=False: a contiguous input of odd N) where the table names cluster: auto
-    takes register_cached instead exactly where cluster's plan for such rows is its streaming path (two reads) and
-    register_cached holds the row; aligned rows keep the table's choice."""
+    takes register_cached instead exactly where cluster's plan for such rows is not N's own (its streaming path, or
+    one more CTA per row) and register_cached holds the row; aligned rows keep the table's choice."""
     cluster_everywhere = [record("cuda.cluster", 3000, n, 4096, dtype) for n in (1024, 16384, 65536)
                           for dtype in ("float32", "bfloat16")]
     dispatch.install(dispatch.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
     limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
     rerouted = kept = 0
     for dtype in (torch.float32, torch.bfloat16):
-        for n in range(1001, 65536, 1000):
-            streams = torch.ops.lab_tune.cluster_plan(n, dtype, 4096, False)[0] < 0
-            expected = ["register_cached", "table", "odd rows"] if streams and n <= limit else ["cluster", "table", ""]
+        for n in [*range(1001, 65536, 1000), 8191, 16383, 32767, 65535]:  # and lengths within a pack of an entry's end
+            plans = [list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096, aligned))[:2] for aligned in (False, True)]
+            leaves = plans[0] != plans[1]
+            expected = ["register_cached", "table", "odd rows"] if leaves and n <= limit else ["cluster", "table", ""]
             assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype, False)) == expected, f"{dtype} N={n}"
             assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype)) == ["cluster", "table", ""]
             rerouted += expected[2] == "odd rows"
             kept += expected[2] == "" and n <= limit
-    assert rerouted and kept, "both sides of the rule: some odd N stay on cluster's shifted rows, some stream"
+    assert rerouted and kept, "both sides of the rule: some odd N stay on cluster's shifted rows, some leave"
 
 
 def test_malformed_table_is_refused(installed_extension):

@@ -873,10 +873,24 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) 
   // Across an entry's max_cols the next entry's split of rows half its length lost to the streaming path
   // at 4 of the 7 lengths measured (float32 4096x16383 0.78x, 4096x8191 0.85x, 256x262143 0.91x, bfloat16
   // 1024x65535 0.90x; results/h200/experiments/ab_shifted_rows_655d0c9.txt).
+  // Those crossing lengths then take N's own shape with one more CTA per row (no stagger), where N's entry
+  // splits rows over 2 to 15 CTAs and the longest shifted row's packs fit: in one device call (the tuning op,
+  // interleaved rounds; results/h200/experiments/crossing_cluster_plus_one_d1f154a.txt) that beat the streaming
+  // path at all 6 such points: bfloat16 4096x16383 (2 -> 3 CTAs) 100.4 -> 83.2 us, 1024x65535 (8 -> 9) 99.2 ->
+  // 81.1, 4096x65535 370.2 -> 289.9, 1024x131071 (4 -> 5) 195.4 -> 165.0; float32 4096x16383 (4 -> 5) 160.5 ->
+  // 155.1, 4096x32767 (8 -> 9) 371.5 -> 325.5, 1024x131071 (8 -> 9) 404.3 -> 295.5. From one CTA to two it lost
+  // at bfloat16 4096x32767 (168.3 -> 195.8): those keep the streaming path.
+  const int pack = kVecBytes / elem_bytes(dtype);
   const ClusterPlan plan = plan_of(cols);
-  const ClusterPlan longest = plan_of(cols + kVecBytes / elem_bytes(dtype) - 1);
-  const bool same_entry = plan.shape == longest.shape && plan.cluster == longest.cluster;
-  return plan.shape >= 0 && same_entry && kResidentShapes[plan.shape].stages == 0 ? plan : streaming;
+  const ClusterPlan longest = plan_of(cols + pack - 1);
+  if (plan.shape < 0 || kResidentShapes[plan.shape].stages != 0) return streaming;
+  if (plan.shape == longest.shape && plan.cluster == longest.cluster) return plan;
+  const ResidentShape& s = kResidentShapes[plan.shape];
+  const int64_t packs = (cols + 2 * (pack - 1)) / pack;  // of the longest shifted row, cols + pack - 1 elements
+  const int more = plan.cluster + 1;
+  const bool fits = (packs + more - 1) / more <= int64_t{s.threads} * s.elems / pack;
+  if (plan.cluster < 2 || more > kMaxCluster || !fits) return streaming;
+  return ClusterPlan{plan.shape, more, plan.persistent, StaggerPlan{}};
 }
 
 namespace {
@@ -888,7 +902,10 @@ ClusterPlan plan_for(const RowsArgs& a) {
 }
 }  // namespace
 
-bool cluster_streams(const RowsArgs& a) { return plan_for(a).shape < 0; }
+bool cluster_leaves_entry(const RowsArgs& a) {
+  const ClusterPlan plan = plan_for(a), own = cluster_plan(a.cols, a.rows, a.dtype, true);
+  return plan.shape != own.shape || plan.cluster != own.cluster;
+}
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {
   const ClusterPlan plan = plan_for(a);

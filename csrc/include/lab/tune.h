@@ -47,11 +47,14 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 // The plan the cluster launcher uses for `rows` rows of `cols` elements of `dtype`: rows whose starts are
 // 16-byte aligned (aligned), or, where they are not, rows as far past a boundary in y as in x (cluster.cu,
 // SHIFTED: the plan of cols where a row a pack less one element longer is in the same entry and it loads
-// straight into registers, else the streaming path).
+// straight into registers; where that row crosses the entry's end, the same shape with one more CTA per row if
+// the entry has 2 to 15 and the row fits; else the streaming path).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
-// Whether the cluster launcher takes `args` on its streaming path (two reads of every element).
-bool cluster_streams(const RowsArgs& args);
+// Whether the cluster launcher takes `args` other than as aligned rows of that length (N's own entry): on its
+// streaming path (two reads of every element) or, for rows off 16-byte boundaries whose shifted row crosses the
+// entry's end, with one more CTA per row (cluster_plan).
+bool cluster_leaves_entry(const RowsArgs& args);
 
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;

@@ -11,11 +11,13 @@
 // (on the H200, register_cached's one-row-per-warp-group layout wins up to those lengths and the
 // cluster split above them; without clusters, online is the one variant that takes any N).
 // Rows off 16-byte boundaries (odd N): the table is measured on aligned rows. Where it (or the default
-// rule) names cluster, and cluster would take these rows on its streaming path (two reads of every
-// element: cluster_plan keeps shifted rows resident only within an entry), register_cached takes them
-// instead where it holds the row (N <= 16384): its PEELED kernels read them once. Measured on the H200
-// (scripts/interleave.py, 4096 rows): bfloat16 4096x8191 cluster 72.7 us, register_cached 42.0;
-// 4096x16383 99.8 and 88.4 (results/h200/experiments/ab_peeled_rows_*.txt).
+// rule) names cluster, and cluster would not take these rows with N's own entry (its streaming path, two
+// reads of every element, or one more CTA per row where the shifted row crosses the entry's end; see
+// cluster_plan), register_cached takes them instead where it holds the row (N <= 16384): its PEELED kernels
+// read them once. Measured on the H200 (scripts/interleave.py, 4096 rows): bfloat16 4096x8191 cluster's
+// streaming path 72.7 us, register_cached 42.0; 4096x16383 99.8 and 88.4 (results/h200/experiments/
+// ab_peeled_rows_*.txt); against one more CTA per row, float32 4096x16383 155.1 and 147.1, bfloat16 4096x16383
+// 83.2 and 88.3 (results/h200/experiments/crossing_cluster_plus_one_d1f154a.txt): one rule for both.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -127,11 +129,11 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   return default_choice(cols, dtype);
 }
 
-// The odd-rows rule (see the header): register_cached in place of cluster's streaming path, for rows off
-// 16-byte boundaries that register_cached holds. `streams`: whether cluster would stream these rows.
-int odd_rows_rule(int v, bool aligned, bool streams, int64_t cols) {
+// The odd-rows rule (see the header): register_cached in place of cluster, for rows off 16-byte boundaries
+// that register_cached holds where cluster would not take them with N's own entry (`leaves`).
+int odd_rows_rule(int v, bool aligned, bool leaves, int64_t cols) {
   static const int cluster = index_of("cluster"), register_cached = index_of("register_cached");
-  return v == cluster && !aligned && streams && cols <= kRegisterCachedMaxCols ? register_cached : v;
+  return v == cluster && !aligned && leaves && cols <= kRegisterCachedMaxCols ? register_cached : v;
 }
 
 bool x_and_y_aligned(const RowsArgs& a) {
@@ -146,7 +148,7 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   bool from_table = false;
   int v = choose(a.rows, a.cols, a.dtype, &from_table);
   if (v < 0) return cudaErrorInvalidValue;
-  v = odd_rows_rule(v, x_and_y_aligned(a), kVariants[v].launch == &softmax_cluster && cluster_streams(a), a.cols);
+  v = odd_rows_rule(v, x_and_y_aligned(a), kVariants[v].launch == &softmax_cluster && cluster_leaves_entry(a), a.cols);
   return kVariants[v].launch(a, stream);
 }
 
@@ -188,7 +190,9 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows) {
   const int chosen = choose(rows, cols, dtype, from_table);
   if (chosen < 0) return std::string();
-  const int v = odd_rows_rule(chosen, aligned, !aligned && cluster_plan(cols, rows, dtype, false).shape < 0, cols);
+  const ClusterPlan odd = cluster_plan(cols, rows, dtype, false), own = cluster_plan(cols, rows, dtype, true);
+  const bool leaves = !aligned && (odd.shape != own.shape || odd.cluster != own.cluster);
+  const int v = odd_rows_rule(chosen, aligned, leaves, cols);
   *odd_rows = v != chosen;
   return std::string(kVariants[v].name);
 }
