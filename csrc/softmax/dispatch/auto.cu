@@ -129,17 +129,11 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   return default_choice(cols, dtype);
 }
 
-// The odd-rows rule (see the header): register_cached in place of cluster, for rows off 16-byte boundaries
-// that register_cached holds where cluster would not take them with N's own entry (`leaves`).
-int odd_rows_rule(int v, bool aligned, bool leaves, int64_t cols) {
+// The odd-rows rule (see the header): register_cached in place of cluster where cluster would not take the rows
+// with N's own entry (`leaves`: only rows off 16-byte boundaries can) and register_cached holds them.
+int odd_rows_rule(int v, bool leaves, int64_t cols) {
   static const int cluster = index_of("cluster"), register_cached = index_of("register_cached");
-  return v == cluster && !aligned && leaves && cols <= kRegisterCachedMaxCols ? register_cached : v;
-}
-
-bool x_and_y_aligned(const RowsArgs& a) {
-  const int64_t bytes = a.dtype == DType::kFloat32 ? 4 : 2;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return aligned(a.x) && aligned(a.y) && (a.x_row_stride * bytes) % 16 == 0 && (a.y_row_stride * bytes) % 16 == 0;
+  return v == cluster && leaves && cols <= kRegisterCachedMaxCols ? register_cached : v;
 }
 
 }  // namespace
@@ -148,7 +142,7 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   bool from_table = false;
   int v = choose(a.rows, a.cols, a.dtype, &from_table);
   if (v < 0) return cudaErrorInvalidValue;
-  v = odd_rows_rule(v, x_and_y_aligned(a), kVariants[v].launch == &softmax_cluster && cluster_leaves_entry(a), a.cols);
+  v = odd_rows_rule(v, kVariants[v].launch == &softmax_cluster && cluster_leaves_entry(a), a.cols);
   return kVariants[v].launch(a, stream);
 }
 
@@ -192,7 +186,7 @@ std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, b
   if (chosen < 0) return std::string();
   const ClusterPlan odd = cluster_plan(cols, rows, dtype, false), own = cluster_plan(cols, rows, dtype, true);
   const bool leaves = !aligned && (odd.shape != own.shape || odd.cluster != own.cluster);
-  const int v = odd_rows_rule(chosen, aligned, leaves, cols);
+  const int v = odd_rows_rule(chosen, leaves, cols);
   *odd_rows = v != chosen;
   return std::string(kVariants[v].name);
 }
