@@ -271,9 +271,12 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
     lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then the odd-rows rule' if odd_rows else ''})"]
     if odd_rows:
+        streams = torch.ops.lab_tune.cluster_plan(n, dtype, m, False)[0] < 0
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
-                     "cluster would read them twice (its streaming path); register_cached reads them once "
-                     "(csrc/softmax/dispatch/auto.cu)")
+                     + ("cluster would read them twice (its streaming path)" if streams else
+                        "cluster would split them over one more CTA than its entry for N (the shifted row crosses "
+                        "the entry's end)")
+                     + "; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
     if source == "table" and torch.cuda.is_available():
         path = table_path(current_gpu())
         table = load(path) if path.exists() else None
@@ -301,9 +304,12 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         plan = torch.ops.lab_tune.cluster_plan(n, dtype, m, aligned)
         shape, cluster, persistent, stagger_groups, stagger_ns = plan
         if not aligned:
+            own_cluster = torch.ops.lab_tune.cluster_plan(n, dtype, m)[1]
             lines.append(f"  rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
                          + (f"each is split from the 16-byte boundary below its start, as a row of up to {n + pack - 1}"
-                            " elements" if shape >= 0 else "the streaming path takes them"))
+                            " elements" if shape >= 0 else "the streaming path takes them")
+                         + (" over one more CTA than N's entry (the shifted row crosses the entry's end)"
+                            if shape >= 0 and cluster != own_cluster else ""))
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:

@@ -101,6 +101,26 @@ def test_odd_rows_leave_clusters_streaming_path_to_register_cached(installed_ext
     assert rerouted and kept, "both sides of the rule: some odd N stay on cluster's shifted rows, some leave"
 
 
+def test_explain_says_how_odd_rows_are_taken(installed_extension):
+    """--explain on odd N where the table names cluster: the odd-rows rule and why (cluster's streaming path, or one
+    more CTA than N's entry) up to register_cached's limit; past it, cluster's own plan for the shifted rows."""
+    table = [record("cuda.cluster", 3000, n, 4096, "bfloat16") for n in (8192, 16384, 65536)]
+    dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
+    limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
+    said = set()
+    for n in (8191, 16383, 65535):
+        text = "\n".join(dispatch.explain(4096, n, torch.bfloat16))
+        shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, 4096, a))[:2] for a in (False, True))
+        why = "read them twice" if shifted[0] < 0 else "one more CTA than its entry"
+        if n <= limit and shifted != own:
+            assert "then the odd-rows rule" in text and why in text, text
+            said.add(why)
+        elif shifted[0] >= 0 and shifted != own:
+            assert "over one more CTA than N's entry" in text and f"cluster: {shifted[1]} CTA(s)" in text, text
+            said.add("past the limit")
+    assert said, "no odd N here leaves cluster's entry: pick lengths within a pack of an entry's end"
+
+
 def test_malformed_table_is_refused(installed_extension):
     with pytest.raises(RuntimeError, match="no CUDA variant named 'nonesuch'"):
         torch.ops.lab_tune.set_auto_table("X", ["nonesuch"], [0, 1024, 1, 0])
