@@ -807,6 +807,12 @@ int streaming_cluster(int64_t cols) {
   return static_cast<int>(std::clamp<int64_t>((cols + kSliceTarget - 1) / kSliceTarget, 1, kMaxCluster));
 }
 
+// The plan of the streaming path for rows of `cols` elements.
+ClusterPlan streaming_plan(int64_t cols) { return ClusterPlan{-1, streaming_cluster(cols), true, StaggerPlan{}}; }
+
+// Whether two plans split a row the same way: the same shape over as many CTAs (the streaming path: shape -1).
+bool same_split(const ClusterPlan& a, const ClusterPlan& b) { return a.shape == b.shape && a.cluster == b.cluster; }
+
 // Slices are whole packs, so that every CTA's slice starts as aligned as the row does.
 template <typename T>
 cudaError_t launch_streaming(const RowsArgs& a, cudaStream_t stream) {
@@ -859,7 +865,7 @@ int cluster_resident_shapes(const ResidentShape** shapes) {
 }
 
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) {
-  const ClusterPlan streaming{-1, streaming_cluster(cols), true, StaggerPlan{}};
+  const ClusterPlan streaming = streaming_plan(cols);
   const auto pick = [rows, &streaming](const auto& plan, int64_t n) {
     for (const PlanEntry& e : plan) {
       if (n <= e.max_cols && rows >= e.min_rows) return ClusterPlan{e.shape, e.cluster, e.persistent, e.stagger};
@@ -884,7 +890,7 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) 
   const ClusterPlan plan = plan_of(cols);
   const ClusterPlan longest = plan_of(cols + pack - 1);
   if (plan.shape < 0 || kResidentShapes[plan.shape].stages != 0) return streaming;
-  if (plan.shape == longest.shape && plan.cluster == longest.cluster) return plan;
+  if (same_split(plan, longest)) return plan;
   const ResidentShape& s = kResidentShapes[plan.shape];
   const int64_t packs = (cols + 2 * (pack - 1)) / pack;  // of the longest shifted row, cols + pack - 1 elements
   const int more = plan.cluster + 1;
@@ -897,14 +903,16 @@ namespace {
 // The plan softmax_cluster launches `a` with: cluster_plan's for aligned or shiftable rows, else the streaming path.
 ClusterPlan plan_for(const RowsArgs& a) {
   const bool aligned = rows_aligned(a);
-  return aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
-                                      : ClusterPlan{-1, streaming_cluster(a.cols), true, StaggerPlan{}};
+  return aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned) : streaming_plan(a.cols);
 }
 }  // namespace
 
+bool cluster_leaves_entry(int64_t cols, int64_t rows, DType dtype, bool aligned) {
+  return !aligned && !same_split(cluster_plan(cols, rows, dtype, false), cluster_plan(cols, rows, dtype, true));
+}
+
 bool cluster_leaves_entry(const RowsArgs& a) {
-  const ClusterPlan plan = plan_for(a), own = cluster_plan(a.cols, a.rows, a.dtype, true);
-  return plan.shape != own.shape || plan.cluster != own.cluster;
+  return !same_split(plan_for(a), cluster_plan(a.cols, a.rows, a.dtype, true));
 }
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {

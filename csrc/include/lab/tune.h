@@ -55,6 +55,9 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned =
 // streaming path (two reads of every element) or, for rows off 16-byte boundaries whose shifted row crosses the
 // entry's end, with one more CTA per row (cluster_plan).
 bool cluster_leaves_entry(const RowsArgs& args);
+// The same for `rows` rows of `cols` elements whose starts are 16-byte aligned in x and y (aligned: never), or as
+// far past a boundary in both (a contiguous input of odd N and its output).
+bool cluster_leaves_entry(int64_t cols, int64_t rows, DType dtype, bool aligned);
 
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;

@@ -184,9 +184,7 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows) {
   const int chosen = choose(rows, cols, dtype, from_table);
   if (chosen < 0) return std::string();
-  const ClusterPlan odd = cluster_plan(cols, rows, dtype, false), own = cluster_plan(cols, rows, dtype, true);
-  const bool leaves = !aligned && (odd.shape != own.shape || odd.cluster != own.cluster);
-  const int v = odd_rows_rule(chosen, leaves, cols);
+  const int v = odd_rows_rule(chosen, cluster_leaves_entry(cols, rows, dtype, aligned), cols);
   *odd_rows = v != chosen;
   return std::string(kVariants[v].name);
 }
