@@ -250,8 +250,9 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       fewest rows); aligned False: rows not 16-byte aligned, as far past a boundary in y as in x
 //   torch.ops.lab_tune.set_auto_table(str gpu, str[] names, int[] flat)  auto's table for a GPU model
 //       (lab/dispatch.py)
-//   torch.ops.lab_tune.register_cached_peels(int cols, ScalarType dtype) -> bool  whether register_cached takes
-//       rows off 16-byte boundaries on its PEELED kernels (else element by element)
+//   torch.ops.lab_tune.register_cached_ragged(int cols, ScalarType dtype) -> int[]  how register_cached takes
+//       ragged rows (off 16-byte boundaries, or N not a multiple of a pack): [max_cols of the table entry whose
+//       shapes take them, 1 on its PEELED kernels else 0 (element by element)]
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]
 //       [variant, "table" or "default rule", "odd rows" where the odd-rows rule replaced that choice, else ""];
 //       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N)
@@ -318,9 +319,11 @@ std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::Scalar
   return {name, from_table ? "table" : "default rule", odd_rows ? "odd rows" : ""};
 }
 
-bool tune_register_cached_peels(int64_t cols, at::ScalarType dtype) {
+std::vector<int64_t> tune_register_cached_ragged(int64_t cols, at::ScalarType dtype) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  return lab::register_cached_peels(cols, lab::to_lab_dtype(probe, "register_cached_peels"));
+  int64_t entry_cols = 0;
+  const bool peeled = lab::register_cached_ragged(cols, lab::to_lab_dtype(probe, "register_cached_ragged"), &entry_cols);
+  return {entry_cols, peeled ? 1 : 0};
 }
 
 std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned) {
@@ -339,7 +342,7 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
   m.def("auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]", &tune_auto_choice);
-  m.def("register_cached_peels(int cols, ScalarType dtype) -> bool", &tune_register_cached_peels);
+  m.def("register_cached_ragged(int cols, ScalarType dtype) -> int[]", &tune_register_cached_ragged);
 }
 TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {
   m.impl("cluster", &tune_cluster);

@@ -294,9 +294,11 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
                      + ("" if entry else " (no lab_entries for this GPU and dtype)"))
         lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
     if variant == "register_cached" and not aligned:
+        entry_cols, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
         lines.append(f"  register_cached: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
-                     + ("each row's elements before its first 16-byte boundary are peeled off, the rest moves in "
-                        "16-byte packs" if torch.ops.lab_tune.register_cached_peels(n, dtype) else
+                     + (f"each row's whole 16-byte packs move as packs, on the shapes of its table entry for rows "
+                        f"of up to {entry_cols} elements; the elements before its first 16-byte boundary and after its "
+                        "last whole pack are held beside them" if peeled else
                         "read and written element by element (at this length that measured faster than the peel)"))
     if variant == "cluster":
         from lab.backends.cuda_variants import cluster_shapes

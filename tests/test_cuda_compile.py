@@ -258,6 +258,33 @@ def test_cluster_shifted_plans():
 
 
 @needs_extension
+def test_register_cached_ragged_entries():
+    """Ragged rows (off 16-byte boundaries, or N not a multiple of a pack): register_cached's PEELED kernels hold the
+    whole packs of a row's body in its fragment and the edge beside them, so rows a few elements past an entry's
+    end (2^k + 1 to 2^k + pack - 1: a class token, 1025 = 32 x 32 + 1) take that entry where it peels, and never an
+    entry too short for the body; element by element, an entry holds the whole row. Past the limit: [0, 0]."""
+    limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
+    shorter = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        for k in range(5, 15):
+            end = 2**k
+            end_entry, end_peels = torch.ops.lab_tune.register_cached_ragged(end, dtype)
+            assert end_entry == end, (dtype, end, end_entry)  # the table changes shape at powers of two
+            for n in [end + d for d in range(-pack, pack) if end + d <= limit] + [1, pack - 1]:
+                entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
+                assert entry >= max(n // pack * pack, 1) and (peeled or entry >= n), (dtype, n, entry, peeled)
+                if end < n < end + pack:
+                    next_entry = list(torch.ops.lab_tune.register_cached_ragged(2 * end, dtype))
+                    expected = [end, 1] if end_peels else next_entry
+                    assert [entry, peeled] == expected, (dtype, n, entry, peeled)
+                    shorter += entry < n
+        assert list(torch.ops.lab_tune.register_cached_ragged(limit + 1, dtype)) == [0, 0], dtype
+    assert list(torch.ops.lab_tune.register_cached_ragged(1025, torch.bfloat16)) == [1024, 1]
+    assert shorter, "no ragged length takes an entry shorter than its row"
+
+
+@needs_extension
 @pytest.mark.parametrize("groups, step_ns", [(0, 0), (65, 100), (4, -1), (4, 100001)])
 def test_cluster_stagger_out_of_range_is_refused(groups, step_ns):
     """The tuning op's first-wave stagger is checked before anything runs (on any device)."""

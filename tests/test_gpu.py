@@ -561,8 +561,9 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
                                 (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
-        off = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16  # rows off 16-byte boundaries
-        peeled = "true" if off and torch.ops.lab_tune.register_cached_peels(x.shape[1], dtype) else "false"
+        pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
+        ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
+        peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
         kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}, {peeled}>"
         assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
@@ -578,21 +579,21 @@ PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k 
 @pytest.mark.parametrize("n", PEELED_NS)
 def test_register_cached_peeled_rows(n, dtype):
     """Odd N of a contiguous input: its rows start off 16-byte boundaries, every distance in its 16 rows.
-    cuda.register_cached takes them on its PEELED kernels (each row's head held beside the packs of its body) where
-    its table entry peels (torch.ops.lab_tune.register_cached_peels), else element by element;
-    checked against float64 with -inf and NaN in the heads and at the ends, with few rows (the few-rows
-    shapes) and with more (the table's own), into a contiguous output (its body written as packs) and into one
-    whose rows are off boundaries by other distances (written element by element). An aligned view one element
-    into its buffer takes them too; rows of whole packs on boundaries take the kernel without the peel."""
+    cuda.register_cached takes them on its PEELED kernels (each row's whole packs in the fragment, its head and tail
+    beside them) where the table entry that takes them peels, else element by element: the entry of the rows' whole
+    packs where it peels (torch.ops.lab_tune.register_cached_ragged), the kernel of aligned rows of that entry's
+    length but for the PEELED flag. Checked against float64 with -inf, NaN and +inf in the heads and at the ends,
+    with few rows (the few-rows shapes) and with more (the table's own), into a contiguous output (its body written
+    as packs) and into one whose rows are off boundaries by other distances (written element by element). An
+    aligned view one element into its buffer takes them too; rows of whole packs on boundaries take the kernel
+    without the peel."""
     pack = 16 // torch.empty((), dtype=dtype).element_size()
-    peels = "true" if torch.ops.lab_tune.register_cached_peels(n, dtype) else "false"
     for rows in (16, 3000):
         x, view = _odd_rows(rows, n, dtype)
+        expected = _ragged_kernel(rows, n, dtype)
         for t, what in ((x, "contiguous"), (view, "one element in")):
             label = f"{rows}x{n} {dtype_name(dtype)} {what}"
-            names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.register_cached(t))
-                     if "register_cached" in k]
-            assert len(names) == 1 and names[0].split(">")[0].endswith(peels), f"{label}: launched {names}"
+            assert _register_cached_kernel(t) == expected, f"{label}: launched {_register_cached_kernel(t)}"
             res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t))
             assert res.ok, f"{label}: {res.summary()}"
         out = torch.full((rows * n + 3,), math.nan, dtype=dtype, device="cuda")[3:].view(rows, n)
@@ -600,8 +601,39 @@ def test_register_cached_peeled_rows(n, dtype):
         res = check.compare(out, SOFTMAX.reference(x), dtype)
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
     aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
-    names = [k for k in _launched_kernels(lambda: torch.ops.lab.register_cached(aligned)) if "register_cached" in k]
-    assert len(names) == 1 and names[0].split(">")[0].endswith("false"), f"aligned rows: launched {names}"
+    assert _register_cached_kernel(aligned).endswith("false"), "aligned rows: a PEELED kernel"
+
+
+def _register_cached_kernel(t: torch.Tensor) -> str:
+    """The template arguments of the one kernel cuda.register_cached launches for t."""
+    names = [k for k in _launched_kernels(lambda: torch.ops.lab.register_cached(t)) if "register_cached" in k]
+    assert len(names) == 1, f"{Shape.of(t).label}: launched {names}"
+    return names[0].split(">")[0]
+
+
+def _ragged_kernel(rows: int, n: int, dtype: torch.dtype) -> str:
+    """The kernel that should take ragged rows x n: that of aligned rows of the length of the table entry that takes
+    them (torch.ops.lab_tune.register_cached_ragged), PEELED where that entry peels."""
+    entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
+    entry_kernel = _register_cached_kernel(inputs.make_input(Shape(rows, entry), dtype, "cuda"))
+    return f"{entry_kernel.rsplit(',', 1)[0]}, {'true' if peeled else 'false'}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", [129, 1025, 4097, 8193, 2**14 - 3])
+def test_register_cached_ragged_aligned_rows(n, dtype):
+    """Rows that start on 16-byte boundaries but whose N is not a multiple of a pack (a view of the first N columns
+    of a wider buffer): their tails go beside the packs too, on the PEELED kernel of the entry of their whole packs
+    where it peels (2^k + 1: the entry of 2^k); checked against float64 with special values at the row ends."""
+    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    width = (n + pack - 1) // pack * pack + pack
+    for rows in (16, 3000):
+        t = inputs.make_input(Shape(rows, width), dtype, "cuda")[:, :n]
+        t[1, -1], t[2, -1], t[3, 0], t[4, -2] = math.inf, math.nan, -math.inf, math.inf
+        assert t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+        assert _register_cached_kernel(t) == _ragged_kernel(rows, n, dtype)
+        res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t))
+        assert res.ok, f"{rows}x{n} {dtype_name(dtype)} aligned rows of a wider buffer: {res.summary()}"
 
 
 def _cuda_type(dtype: torch.dtype) -> str:

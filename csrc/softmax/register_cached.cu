@@ -21,10 +21,10 @@
 // Limits: N <= 16384 (kMaxCols): the row must fit in the group's registers (16 floats per thread
 // of a 1024-thread block in float32, 32 per thread of 512 in 16-bit types); past that the launcher
 // refuses with cudaErrorInvalidValue.
-// Any rows (64-bit offsets), any N >= 1, any row strides: a row whose start is not 16-byte aligned
-// (odd N, a view one element in) has its head, the elements before its first 16-byte boundary, peeled
-// off and held beside the packs of the rest (PEELED); y's row is written the same way where it is as far
-// past a boundary as x's, else element by element.
+// Any rows (64-bit offsets), any N >= 1, any row strides: a row that is not whole packs from a 16-byte
+// boundary (odd N, a view one element in) has its edge, the elements before its first 16-byte boundary and
+// after its last whole pack, held beside the packs of the rest (PEELED); y's row is written the same way
+// where it is as far past a boundary as x's, else element by element.
 // Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at c1f8eda):
 // 97-100% of a copy in float32 and 96-100% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
 // its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
@@ -295,13 +295,19 @@ constexpr int kMinBlocks =
 // SHARED_EXPS (packed, one block per row group): the exp-sum stores each exponential, as float32, in shared
 // memory (over the staged packs, which are in registers by then), and the write multiplies them by 1 / d:
 // one exponential per element instead of two, for 8 bytes of shared-memory traffic per element.
-// PEELED (rows of x that start off a 16-byte boundary: odd N, a view one element in): each row's head, the
-// h < K elements before its first boundary, is peeled off and held as floats beside the fragment (element
-// i by lane i % THREADS_PER_ROW); the rest of the row, its body, starts on the boundary and is split into
-// packs as an aligned row is, read and written as 16-byte packs (y's body too where y's row is as far
-// past a boundary as x's: a contiguous output). One read and one write per element, where without it
-// every element of such a row is read and written on its own. The body is h elements shorter than the
-// row, so the row's own table entry holds it.
+// PEELED (ragged rows: x's row starts off a 16-byte boundary, or N is not a multiple of K; odd N, a view one
+// element in): each row's body, its whole packs from its first boundary on, is split into packs as an aligned
+// row is, read and written as 16-byte packs (y's body too where y's row is as far past a boundary as x's: a
+// contiguous output). The row's edge, the h < K elements of the head before the body and the t < K of the
+// tail after it, is held as floats beside the fragment (edge element e by lane e % THREADS_PER_ROW). One read
+// and one write per element, where without it every element of such a row is read and written on its own.
+// The body has at most N / K packs, so the entry of N / K * K elements holds it (ragged_entry): bfloat16
+// rows of 1025 elements take the 1024 entry's shapes, which the 2048 entry's would hold twice over.
+// Against the head alone peeled, on the entry of N, with the tail in a partial last pack read element by element
+// (scripts/ab.sh, one device call, results/h200/experiments/ab_ragged_edge_slots.txt; time before / after):
+// bfloat16 4096x1025 1.37 (12.80 -> 9.34 us), 16384x1025 1.41, 4096x2049 1.30, 4096x4097 1.40, 4096x8193 1.72,
+// and in the same entry 4096x8191 1.09, 4096x16383 1.16, 1048576x63 1.28; float32 4096x2049 1.08, 4096x4097 1.16,
+// 4096x8193 1.30; aligned rows and the rest level (257, 577, 8191 and 16383 in float32 within 1%).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
           bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
@@ -346,14 +352,17 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // one-row-per-iteration version stalled on its loads (long scoreboard) at 50-74% of peak DRAM
   // throughput for bfloat16. On a grid of one block per row group the prefetch finds no next row.
   // A pack that is not whole, or of a misaligned row, is read element by element when it is used.
-  // PEELED: packs split the row's body, which starts `head` elements in, on a 16-byte boundary.
-  constexpr int kHeadSlots = PEELED ? (K - 1 + THREADS_PER_ROW - 1) / THREADS_PER_ROW : 0;
+  // PEELED: packs split the row's body, the whole packs from its first 16-byte boundary, `head` elements in; the
+  // head and the tail after the body (at most K - 1 elements each) are the row's edge, held in kEdgeSlots floats.
+  constexpr int kEdgeSlots = PEELED ? (2 * (K - 1) + THREADS_PER_ROW - 1) / THREADS_PER_ROW : 0;
   const auto head_of = [&](int64_t row) {  // at most the row: a row shorter than K may end before a boundary
     return PEELED ? min(elems_to_alignment(x + row * x_stride), cols) : 0;
   };
+  // The elements of the body: PEELED, a multiple of K; else the whole row, whose last pack may be partial.
+  const auto body_after = [&](int head) { return PEELED ? (cols - head) / K * K : cols; };
   const auto wide_pack = [&](int64_t row, int k) {
     return row < rows && (PEELED || is_aligned(x + row * x_stride)) &&
-           (lane + k * THREADS_PER_ROW + 1) * K <= cols - head_of(row);
+           (lane + k * THREADS_PER_ROW + 1) * K <= body_after(head_of(row));
   };
   const auto pack_at = [&](int64_t row, int k) {
     return reinterpret_cast<const Pack<T>*>(x + row * x_stride + head_of(row)) + lane + k * THREADS_PER_ROW;
@@ -386,13 +395,16 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     const T* xr = x + (valid ? row : 0) * x_stride;
     const int head = valid ? head_of(row) : 0;  // 0 unless PEELED
     const T* xb = xr + head;                     // the body
-    const int body = cols - head;
-    // PEELED: head element lane + i * THREADS_PER_ROW in slot i (-inf past the head or of no row).
-    float head_v[kHeadSlots > 0 ? kHeadSlots : 1];
+    const int body = body_after(head);
+    const int edge = PEELED && valid ? cols - body : 0;  // head and tail
+    // PEELED: edge element e = lane + i * THREADS_PER_ROW in slot i: the head's element e, or past the head the
+    // tail's, element e + body of the row (-inf past the edge or of no row).
+    const auto edge_elem = [&](int e) { return e < head ? e : e + body; };
+    float edge_v[kEdgeSlots > 0 ? kEdgeSlots : 1];
 #pragma unroll
-    for (int i = 0; i < kHeadSlots; ++i) {
-      const int j = lane + i * THREADS_PER_ROW;
-      head_v[i] = j < head ? to_float(xr[j]) : -CUDART_INF_F;
+    for (int i = 0; i < kEdgeSlots; ++i) {
+      const int e = lane + i * THREADS_PER_ROW;
+      edge_v[i] = e < edge ? to_float(xr[edge_elem(e)]) : -CUDART_INF_F;
     }
 
     if constexpr (STAGED) {
@@ -415,6 +427,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
           const Pack<T> pk = wide(row, k);
           const uint4 q = *reinterpret_cast<const uint4*>(&pk);
           v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
+        } else if constexpr (PEELED) {  // past the body: the edge slots hold the rest
+#pragma unroll
+          for (int i = 0; i < kPackWords; ++i) v[k][i] = kMinusInfWord<T>;
         } else {
           const uint16_t* bits = reinterpret_cast<const uint16_t*>(xb);
 #pragma unroll
@@ -429,6 +444,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         const Pack<T> pk = wide(row, k);
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
+      } else if constexpr (PEELED) {
+#pragma unroll
+        for (int j = 0; j < K; ++j) v[k][j] = -CUDART_INF_F;
       } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < body ? to_float(xb[e0 + j]) : -CUDART_INF_F;
@@ -436,20 +454,20 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     }
     prefetch(row + step);
 
-    // The head's share of the max and the sum (PEELED; nothing otherwise).
-    const auto head_max = [&](float mv) {
+    // The edge's share of the max and the sum (PEELED; nothing otherwise).
+    const auto edge_max = [&](float mv) {
 #pragma unroll
-      for (int i = 0; i < kHeadSlots; ++i) mv = fmaxf(mv, head_v[i]);
+      for (int i = 0; i < kEdgeSlots; ++i) mv = fmaxf(mv, edge_v[i]);
       return mv;
     };
-    const auto head_sum = [&](float dv, float shift) {
+    const auto edge_sum = [&](float dv, float shift) {
 #pragma unroll
-      for (int i = 0; i < kHeadSlots; ++i) dv += fast_exp(head_v[i] - shift);
+      for (int i = 0; i < kEdgeSlots; ++i) dv += fast_exp(edge_v[i] - shift);
       return dv;
     };
     float m, d;
     if constexpr (PACKED) {
-      m = allreduce(head_max(fragment_max<T>(v)), MaxOp{});
+      m = allreduce(edge_max(fragment_max<T>(v)), MaxOp{});
       if constexpr (SHARED_EXPS) {
         float4 e4;  // word i's exponentials, stored by pairs of words
         const auto keep = [&](int k, int i, float2 e) {
@@ -460,13 +478,13 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
             memcpy(&stage[2 * k + i / 2][threadIdx.x], &e4, sizeof(e4));
           }
         };
-        d = allreduce(head_sum(fragment_exp_sum<T>(v, m, keep), m), SumOp{});
+        d = allreduce(edge_sum(fragment_exp_sum<T>(v, m, keep), m), SumOp{});
       } else {
-        d = allreduce(head_sum(fragment_exp_sum<T>(v, m), m), SumOp{});  // the fragment keeps the inputs
+        d = allreduce(edge_sum(fragment_exp_sum<T>(v, m), m), SumOp{});  // the fragment keeps the inputs
       }
     } else {
-      m = allreduce(head_max(fragment_max(v)), MaxOp{});
-      d = allreduce(head_sum(fragment_exp_sum(v, m), m), SumOp{});  // the fragment now holds the exponentials
+      m = allreduce(edge_max(fragment_max(v)), MaxOp{});
+      d = allreduce(edge_sum(fragment_exp_sum(v, m), m), SumOp{});  // the fragment now holds the exponentials
     }
     if (!valid) continue;  // after the reductions, which need every lane
 
@@ -482,9 +500,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     T* yb = yr + head;
     const bool wide_out = is_aligned(yb);
 #pragma unroll
-    for (int i = 0; i < kHeadSlots; ++i) {
-      const int j = lane + i * THREADS_PER_ROW;
-      if (j < head) yr[j] = from_float<T>(fast_exp(head_v[i] - m) * inv_d);
+    for (int i = 0; i < kEdgeSlots; ++i) {
+      const int e = lane + i * THREADS_PER_ROW;
+      if (e < edge) yr[edge_elem(e)] = from_float<T>(fast_exp(edge_v[i] - m) * inv_d);
     }
     const auto write = [&](auto fold) {
 #pragma unroll
@@ -674,7 +692,7 @@ cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t str
                     : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false, kPacked<T>, STAGED>(a, sms, stream);
 }
 
-// A table entry's launch: rows off 16-byte boundaries (`peeled`) on a PEELED kernel where the entry peels (PEEL).
+// A table entry's launch: ragged rows (`peeled`) on a PEELED kernel where the entry peels (PEEL).
 // PEELED kernels are compiled for the table's own grid (TABLE_PERSISTENT) only: such rows forced onto the other
 // grid (a tuning call) run that grid's kernel, element by element.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool STAGED, bool TABLE_PERSISTENT, bool PEEL>
@@ -705,9 +723,31 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
   }
 }
 
-// Whether some row of x starts off a 16-byte boundary (the PEELED kernels take such rows).
-bool x_rows_misaligned(const RowsArgs& a) {
-  return reinterpret_cast<uintptr_t>(a.x) % kVecBytes != 0 || (a.x_row_stride * elem_bytes(a.dtype)) % kVecBytes != 0;
+// Whether the rows of x are ragged: not whole 16-byte packs from a 16-byte boundary (some row starts off one, or N
+// is not a multiple of a pack). The PEELED kernels take such rows.
+bool rows_ragged(const RowsArgs& a) {
+  const int bytes = elem_bytes(a.dtype);
+  return reinterpret_cast<uintptr_t>(a.x) % kVecBytes != 0 || (a.x_row_stride * bytes) % kVecBytes != 0 ||
+         (a.cols * bytes) % kVecBytes != 0;
+}
+
+// The table entry that takes ragged rows of `cols` elements (1 <= cols <= kMaxCols) on the grid `persistent` asks
+// for (-1: the table's). A PEELED kernel holds the row's body, at most cols / pack whole packs, and its edge beside
+// them, so the entry of the body's longest length holds the row: where that entry peels and the launch is on its
+// own grid, that entry (bfloat16 N = 1025: the 1024 entry's shapes, where the 2048 entry's held rows up to twice
+// as long); else the entry of `cols` (PEELED where it peels, else element by element).
+const RowShape& ragged_entry(const RowShape (&table)[kShapes], int pack, int64_t cols, int persistent) {
+  const int64_t packed = std::max<int64_t>(cols / pack * pack, 1);
+  for (const RowShape& s : table) {
+    if (packed <= s.max_cols) {
+      if (s.peel && (persistent < 0 || (persistent != 0) == s.persistent)) return s;
+      break;
+    }
+  }
+  for (const RowShape& s : table) {
+    if (cols <= s.max_cols) return s;
+  }
+  return table[kShapes - 1];  // unreachable: cols <= kMaxCols
 }
 
 }  // namespace
@@ -730,12 +770,13 @@ int register_cached_tune_shapes(DType dtype, const int** flat) {
   return static_cast<int>((wide ? k32.size() : k16.size()) / kTuneShapeFields);
 }
 
-bool register_cached_peels(int64_t cols, DType dtype) {
+bool register_cached_ragged(int64_t cols, DType dtype, int64_t* entry_cols) {
+  *entry_cols = 0;
   if (cols < 1 || cols > kMaxCols) return false;
-  for (const RowShape& s : dtype == DType::kFloat32 ? kRowShapes32 : kRowShapes16) {
-    if (cols <= s.max_cols) return s.peel;
-  }
-  return false;
+  const bool wide = dtype == DType::kFloat32;
+  const RowShape& s = ragged_entry(wide ? kRowShapes32 : kRowShapes16, kVecBytes / (wide ? 4 : 2), cols, -1);
+  *entry_cols = s.max_cols;
+  return s.peel;
 }
 
 cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStream_t stream) {
@@ -759,10 +800,11 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
   if (a.cols > kMaxCols) return cudaErrorInvalidValue;  // see Limits in the header
   int sms = 0;
   LAB_CUDA_TRY(device_sm_count(&sms));
-  const bool peeled = x_rows_misaligned(a);
+  const bool peeled = rows_ragged(a);  // on a PEELED kernel where the entry peels
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_row_shape<T>(a.cols, [&](auto index) {
+    const int64_t entry_cols = peeled ? ragged_entry(kRowShapes<T>, kPack<T>, a.cols, persistent).max_cols : a.cols;
+    return dispatch_row_shape<T>(entry_cols, [&](auto index) {
       constexpr RowShape s = kRowShapes<T>[decltype(index)::value];
       if constexpr (s.few.threads_per_row > 0) {
         // Few rows, on a grid of one block per row group (the table's choice or asked for): the few-rows

@@ -74,10 +74,12 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // -1, an entry's few-rows shape takes the rows where its grid is resident all at once.
 cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
-// Whether register_cached takes rows of `cols` elements that start off a 16-byte boundary on its PEELED kernels
-// (the head before the first boundary peeled off, the rest in 16-byte packs), else element by element: its table
-// entry's `peel` (register_cached.cu). False past its limit.
-bool register_cached_peels(int64_t cols, DType dtype);
+// How register_cached takes ragged rows of `cols` elements (rows that start off a 16-byte boundary, or whose N is
+// not a multiple of a pack) on its table's grids: true where on a PEELED kernel (the whole packs from the first
+// boundary on in 16-byte accesses, the edge before and after them held beside), else element by element;
+// *entry_cols is the max_cols of the table entry whose shapes take them (register_cached.cu, ragged_entry).
+// False and 0 past its limit.
+bool register_cached_ragged(int64_t cols, DType dtype, int64_t* entry_cols);
 
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
 // ints per shape for `dtype`: threads per row, elements per thread, threads per block, packed (1: 16-bit
