@@ -81,15 +81,16 @@ for op_name, variants in CUDA_OPS.items():
         print(f"{op_name} {variant.name}: ran {ran} shape and dtype cases", flush=True)
 
 
-# register_cached's PEELED kernels (rows off 16-byte boundaries), which its variant takes on the shapes above
-# only where they are odd: odd N on both sides of every power of two up to its limit, every distance from a
+# register_cached's PEELED kernels (ragged rows: off 16-byte boundaries, or N not a multiple of a pack), which its
+# variant takes on the shapes above only where they are odd: odd N on both sides of every power of two up to its
+# limit (2^k + 1 on the entry of 2^k), and 2^k + 6 (heads and tails of 6 elements), every distance from a
 # boundary in 9 rows, and in up to 20000 rows of at most 4M elements (the table's own shapes in blocks of 128 where
 # the rows are short enough; the sanitizers slow every access, so no more).
 if "softmax" in wanted:
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for n in (2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384):
+        for n in [*(2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384), 38, 1030, 8198]:
             for rows in (9, min(20000, 4_000_000 // n)):
                 run_checked(op, "register_cached peeled", torch.ops.lab.register_cached, Shape(rows, n), dtype)
                 ran += 1

@@ -571,8 +571,10 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
 
 
 # Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape only there),
-# and rows shorter than a 16-byte pack, whose head may be the whole row.
-PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384]]
+# rows shorter than a 16-byte pack, whose head may be the whole row, and N = 2^k + 6, whose rows one element into a
+# buffer include the longest edge, a head and a tail of a pack less one element each (pack - 2 = 6 in 16 bits,
+# and 6 = 2 mod 4 in float32).
+PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384], 38, 1030, 8198]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
