@@ -254,7 +254,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       ragged rows (off 16-byte boundaries, or N not a multiple of a pack): [max_cols of the table entry whose
 //       shapes take them, 1 on its PEELED kernels else 0 (element by element)]
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]
-//       [variant, "table" or "default rule", "odd rows" where the odd-rows rule replaced that choice, else ""];
+//       [variant, "table" or "default rule", why the odd-rows rule replaced that choice ("entry below N", "cluster
+//       streams", "cluster one more CTA"), else ""];
 //       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N)
 namespace {
 template <typename Launch>
@@ -313,10 +314,11 @@ void tune_set_auto_table(const std::string& gpu, const std::vector<std::string>&
 
 std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype, bool aligned) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
-  bool from_table = false, odd_rows = false;
+  bool from_table = false;
+  std::string odd_rows;
   const std::string name =
       lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), aligned, &from_table, &odd_rows);
-  return {name, from_table ? "table" : "default rule", odd_rows ? "odd rows" : ""};
+  return {name, from_table ? "table" : "default rule", odd_rows};
 }
 
 std::vector<int64_t> tune_register_cached_ragged(int64_t cols, at::ScalarType dtype) {

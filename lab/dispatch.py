@@ -271,12 +271,14 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
     lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then the odd-rows rule' if odd_rows else ''})"]
     if odd_rows:
-        streams = torch.ops.lab_tune.cluster_plan(n, dtype, m, False)[0] < 0
+        entry_cols = torch.ops.lab_tune.register_cached_ragged(n, dtype)[0]
+        why = {"entry below N": f"register_cached holds their whole packs on its table entry for rows of up to "
+                                f"{entry_cols} elements, below N's",
+               "cluster streams": "cluster would read them twice (its streaming path)",
+               "cluster one more CTA": "cluster would split them over one more CTA than its entry for N (the shifted "
+                                       "row crosses the entry's end), and they are many rows"}[odd_rows]
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
-                     + ("cluster would read them twice (its streaming path)" if streams else
-                        "cluster would split them over one more CTA than its entry for N (the shifted row crosses "
-                        "the entry's end)")
-                     + "; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
+                     f"{why}; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
     if source == "table" and torch.cuda.is_available():
         path = table_path(current_gpu())
         table = load(path) if path.exists() else None

@@ -80,45 +80,57 @@ def test_default_rule_outside_the_table(installed_extension):
     assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule", ""]
 
 
-def test_odd_rows_leave_clusters_streaming_path_to_register_cached(installed_extension):
-    """Rows off 16-byte boundaries (aligned=False: a contiguous input of odd N) where the table names cluster: auto
-    takes register_cached instead exactly where cluster's plan for such rows is not N's own (its streaming path, or
-    one more CTA per row) and register_cached holds the row; aligned rows keep the table's choice."""
+def test_odd_rows_rule(installed_extension):
+    """Ragged rows (aligned=False: a contiguous input of odd N) where the table names cluster: auto takes
+    register_cached instead where register_cached holds the row (N <= its limit) and either takes it on the table
+    entry below N's (its whole packs fit there: 2^k + 1), or cluster would stream it, or cluster would split it
+    over one more CTA than N's entry and the rows are many (128 or more); aligned rows keep the table's choice."""
     cluster_everywhere = [record("cuda.cluster", 3000, n, 4096, dtype) for n in (1024, 16384, 65536)
                           for dtype in ("float32", "bfloat16")]
     dispatch.install(dispatch.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
     limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
-    rerouted = kept = 0
+    seen = set()
     for dtype in (torch.float32, torch.bfloat16):
-        for n in [*range(1001, 65536, 1000), 8191, 16383, 32767, 65535]:  # and lengths within a pack of an entry's end
-            plans = [list(torch.ops.lab_tune.cluster_plan(n, dtype, 4096, aligned))[:2] for aligned in (False, True)]
-            leaves = plans[0] != plans[1]
-            expected = ["register_cached", "table", "odd rows"] if leaves and n <= limit else ["cluster", "table", ""]
-            assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype, False)) == expected, f"{dtype} N={n}"
-            assert list(torch.ops.lab_tune.auto_choice(4096, n, dtype)) == ["cluster", "table", ""]
-            rerouted += expected[2] == "odd rows"
-            kept += expected[2] == "" and n <= limit
-    assert rerouted and kept, "both sides of the rule: some odd N stay on cluster's shifted rows, some leave"
+        for n in [*range(1001, 65536, 1000), 1025, 2049, 4097, 8191, 8193, 16383, 32767, 65535]:
+            for m in (8, 4096):
+                shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, dtype, m, a))[:2] for a in (False, True))
+                entry_cols, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
+                if n > limit:
+                    why = ""
+                elif peeled and entry_cols < n:
+                    why = "entry below N"
+                elif shifted[0] < 0:
+                    why = "cluster streams"
+                elif shifted != own and m >= 128:
+                    why = "cluster one more CTA"
+                else:
+                    why = ""
+                expected = ["register_cached" if why else "cluster", "table", why]
+                assert list(torch.ops.lab_tune.auto_choice(m, n, dtype, False)) == expected, f"{dtype} {m}x{n}"
+                assert list(torch.ops.lab_tune.auto_choice(m, n, dtype)) == ["cluster", "table", ""]
+                seen.add(why)
+    assert {"", "entry below N", "cluster one more CTA"} <= seen, seen
 
 
 def test_explain_says_how_odd_rows_are_taken(installed_extension):
-    """--explain on odd N where the table names cluster: the odd-rows rule and why (cluster's streaming path, or one
-    more CTA than N's entry) up to register_cached's limit; past it, cluster's own plan for the shifted rows."""
+    """--explain on odd N where the table names cluster: the odd-rows rule and its reason up to register_cached's
+    limit; past it, cluster's own plan for the shifted rows."""
     table = [record("cuda.cluster", 3000, n, 4096, "bfloat16") for n in (8192, 16384, 65536)]
     dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
-    limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
     said = set()
-    for n in (8191, 16383, 65535):
-        text = "\n".join(dispatch.explain(4096, n, torch.bfloat16))
-        shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, 4096, a))[:2] for a in (False, True))
-        why = "read them twice" if shifted[0] < 0 else "one more CTA than its entry"
-        if n <= limit and shifted != own:
-            assert "then the odd-rows rule" in text and why in text, text
+    for m, n in ((4096, 8193), (4096, 16383), (8, 16383), (4096, 65535)):
+        text = "\n".join(dispatch.explain(m, n, torch.bfloat16))
+        why = torch.ops.lab_tune.auto_choice(m, n, torch.bfloat16, False)[2]
+        shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, m, a))[:2] for a in (False, True))
+        if why:
+            phrase = {"entry below N": "below N's", "cluster streams": "read them twice",
+                      "cluster one more CTA": "one more CTA than its entry"}[why]
+            assert "then the odd-rows rule" in text and phrase in text, text
             said.add(why)
         elif shifted[0] >= 0 and shifted != own:
             assert "over one more CTA than N's entry" in text and f"cluster: {shifted[1]} CTA(s)" in text, text
-            said.add("past the limit")
-    assert said, "no odd N here leaves cluster's entry: pick lengths within a pack of an entry's end"
+            said.add("cluster's own plan")
+    assert {"entry below N", "cluster one more CTA", "cluster's own plan"} <= said, said
 
 
 def test_malformed_table_is_refused(installed_extension):

@@ -905,14 +905,21 @@ ClusterPlan plan_for(const RowsArgs& a) {
   const bool aligned = rows_aligned(a);
   return aligned || rows_shiftable(a) ? cluster_plan(a.cols, a.rows, a.dtype, aligned) : streaming_plan(a.cols);
 }
+
+// The detour of `plan` from `own`, the plan of aligned rows of the same length.
+ClusterDetour detour_from(const ClusterPlan& plan, const ClusterPlan& own) {
+  if (same_split(plan, own)) return ClusterDetour::kNone;
+  return plan.shape < 0 ? ClusterDetour::kStreaming : ClusterDetour::kOneMoreCta;
+}
 }  // namespace
 
-bool cluster_leaves_entry(int64_t cols, int64_t rows, DType dtype, bool aligned) {
-  return !aligned && !same_split(cluster_plan(cols, rows, dtype, false), cluster_plan(cols, rows, dtype, true));
+ClusterDetour cluster_detour(int64_t cols, int64_t rows, DType dtype, bool aligned) {
+  if (aligned) return ClusterDetour::kNone;
+  return detour_from(cluster_plan(cols, rows, dtype, false), cluster_plan(cols, rows, dtype, true));
 }
 
-bool cluster_leaves_entry(const RowsArgs& a) {
-  return !same_split(plan_for(a), cluster_plan(a.cols, a.rows, a.dtype, true));
+ClusterDetour cluster_detour(const RowsArgs& a) {
+  return detour_from(plan_for(a), cluster_plan(a.cols, a.rows, a.dtype, true));
 }
 
 cudaError_t softmax_cluster(const RowsArgs& a, cudaStream_t stream) {

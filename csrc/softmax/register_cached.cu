@@ -770,6 +770,8 @@ int register_cached_tune_shapes(DType dtype, const int** flat) {
   return static_cast<int>((wide ? k32.size() : k16.size()) / kTuneShapeFields);
 }
 
+bool register_cached_rows_ragged(const RowsArgs& a) { return rows_ragged(a); }
+
 bool register_cached_ragged(int64_t cols, DType dtype, int64_t* entry_cols) {
   *entry_cols = 0;
   if (cols < 1 || cols > kMaxCols) return false;

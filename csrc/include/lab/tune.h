@@ -51,13 +51,14 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 // the entry has 2 to 15 and the row fits; else the streaming path).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
-// Whether the cluster launcher takes `args` other than as aligned rows of that length (N's own entry): on its
-// streaming path (two reads of every element) or, for rows off 16-byte boundaries whose shifted row crosses the
-// entry's end, with one more CTA per row (cluster_plan).
-bool cluster_leaves_entry(const RowsArgs& args);
+// How the cluster launcher takes `args` where not as aligned rows of that length (N's own entry): kNone where it
+// does; else on its streaming path (two reads of every element) or, for rows off 16-byte boundaries whose shifted
+// row crosses the entry's end, with one more CTA per row (cluster_plan).
+enum class ClusterDetour { kNone, kOneMoreCta, kStreaming };
+ClusterDetour cluster_detour(const RowsArgs& args);
 // The same for `rows` rows of `cols` elements whose starts are 16-byte aligned in x and y (aligned: never), or as
 // far past a boundary in both (a contiguous input of odd N and its output).
-bool cluster_leaves_entry(int64_t cols, int64_t rows, DType dtype, bool aligned);
+ClusterDetour cluster_detour(int64_t cols, int64_t rows, DType dtype, bool aligned);
 
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;
@@ -80,6 +81,9 @@ cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, c
 // *entry_cols is the max_cols of the table entry whose shapes take them (register_cached.cu, ragged_entry).
 // False and 0 past its limit.
 bool register_cached_ragged(int64_t cols, DType dtype, int64_t* entry_cols);
+// Whether register_cached takes `args` as ragged rows (x's rows off 16-byte boundaries, or N not a multiple of a
+// pack).
+bool register_cached_rows_ragged(const RowsArgs& args);
 
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
 // ints per shape for `dtype`: threads per row, elements per thread, threads per block, packed (1: 16-bit
@@ -103,8 +107,10 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 
 // The variant auto runs for this shape on the current device, for rows whose starts are 16-byte aligned in x
 // and y (aligned) or rows as far past a boundary in both (a contiguous input of odd N, its output); whether
-// its model's table (rather than the default rule) chose it, and whether the odd-rows rule (auto.cu) then
-// replaced that choice.
-std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows);
+// its model's table (rather than the default rule) chose it, and in *odd_rows why the odd-rows rule (auto.cu) then
+// replaced that choice ("entry below N", "cluster streams", "cluster one more CTA"), else "". Rows not aligned
+// are ragged (register_cached's PEELED kernels).
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
+                        std::string* odd_rows);
 
 }  // namespace lab

@@ -10,14 +10,21 @@
 //   longer rows -> cluster on sm_90 or newer (thread-block clusters), online elsewhere
 // (on the H200, register_cached's one-row-per-warp-group layout wins up to those lengths and the
 // cluster split above them; without clusters, online is the one variant that takes any N).
-// Rows off 16-byte boundaries (odd N): the table is measured on aligned rows. Where it (or the default
-// rule) names cluster, and cluster would not take these rows with N's own entry (its streaming path, two
-// reads of every element, or one more CTA per row where the shifted row crosses the entry's end; see
-// cluster_plan), register_cached takes them instead where it holds the row (N <= 16384): its PEELED kernels
-// read them once. Measured on the H200 (scripts/interleave.py, 4096 rows): bfloat16 4096x8191 cluster's
-// streaming path 72.7 us, register_cached 42.0; 4096x16383 99.8 and 88.4 (results/h200/experiments/
-// ab_peeled_rows_*.txt); against one more CTA per row, float32 4096x16383 155.1 and 147.1, bfloat16 4096x16383
-// 83.2 and 88.3 (results/h200/experiments/crossing_cluster_plus_one_d1f154a.txt): one rule for both.
+// Ragged rows (odd N: rows off 16-byte boundaries, or N not a multiple of a pack), the odd-rows rule: the table is
+// measured on aligned rows. Where it (or the default rule) names cluster, register_cached takes ragged rows it
+// holds (N <= 16384) instead, on its PEELED kernels (one read), where
+//   - register_cached takes them on the entry below N's (N a few elements past an entry's end: its whole packs
+//     fit that entry; register_cached_ragged), or
+//   - cluster would take them on its streaming path (two reads of every element), or
+//   - cluster would split them over one more CTA per row than N's entry (the shifted row crosses the entry's
+//     end; cluster_plan) and there are at least kOddRowsManyRows rows.
+// Measured on the H200 (scripts/interleave.py, register_cached against cluster at 1, 8, 32, 132, 528, 2048 and
+// 16384 rows; results/h200/experiments/odd_rows_rule_m_sweep.txt): on the entry below N's, register_cached was
+// ahead at every M (bfloat16 4097 and 8193 by 9-26%, float32 2049 and 4097 by 0-9%). Against one more CTA per
+// row (16383) it was ahead in bfloat16 (0-10%) but 15-20% behind in float32 at 1 to 32 rows, level at 132 and
+// ahead from 528 (3-5%). Where cluster keeps N's entry, mixed (12289: bfloat16 cluster ahead from 528 rows by
+// 1-9%, float32 register_cached ahead there and behind below): the table's choice stands. Against the streaming
+// path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -129,11 +136,26 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   return default_choice(cols, dtype);
 }
 
-// The odd-rows rule (see the header): register_cached in place of cluster where cluster would not take the rows
-// with N's own entry (`leaves`: only rows off 16-byte boundaries can) and register_cached holds them.
-int odd_rows_rule(int v, bool leaves, int64_t cols) {
+// The rows from which register_cached takes ragged rows that cluster would split over one more CTA than N's entry
+// (the header): float32 16383 was level at 132 rows, 15-20% behind at 32 and fewer.
+constexpr int64_t kOddRowsManyRows = 128;
+
+// The odd-rows rule (see the header): where chosen `v` is cluster and the rows are ragged, the reason register_cached
+// takes them instead (register_cached's index in *v), else nullptr (v unchanged).
+const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool ragged, ClusterDetour detour) {
   static const int cluster = index_of("cluster"), register_cached = index_of("register_cached");
-  return v == cluster && leaves && cols <= kRegisterCachedMaxCols ? register_cached : v;
+  if (*v != cluster || !ragged || cols > kRegisterCachedMaxCols) return nullptr;
+  int64_t entry_cols = 0;
+  const char* why = nullptr;
+  if (register_cached_ragged(cols, dtype, &entry_cols) && entry_cols < cols) {
+    why = "entry below N";
+  } else if (detour == ClusterDetour::kStreaming) {
+    why = "cluster streams";
+  } else if (detour == ClusterDetour::kOneMoreCta && rows >= kOddRowsManyRows) {
+    why = "cluster one more CTA";
+  }
+  if (why) *v = register_cached;
+  return why;
 }
 
 }  // namespace
@@ -142,7 +164,9 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   bool from_table = false;
   int v = choose(a.rows, a.cols, a.dtype, &from_table);
   if (v < 0) return cudaErrorInvalidValue;
-  v = odd_rows_rule(v, kVariants[v].launch == &softmax_cluster && cluster_leaves_entry(a), a.cols);
+  if (kVariants[v].launch == &softmax_cluster) {
+    odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), cluster_detour(a));
+  }
   return kVariants[v].launch(a, stream);
 }
 
@@ -181,11 +205,12 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
   return true;
 }
 
-std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table, bool* odd_rows) {
-  const int chosen = choose(rows, cols, dtype, from_table);
-  if (chosen < 0) return std::string();
-  const int v = odd_rows_rule(chosen, cluster_leaves_entry(cols, rows, dtype, aligned), cols);
-  *odd_rows = v != chosen;
+std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
+                        std::string* odd_rows) {
+  int v = choose(rows, cols, dtype, from_table);
+  if (v < 0) return std::string();
+  const char* why = odd_rows_rule(&v, rows, cols, dtype, !aligned, cluster_detour(cols, rows, dtype, aligned));
+  *odd_rows = why ? why : "";
   return std::string(kVariants[v].name);
 }
 
