@@ -120,7 +120,14 @@ struct RowShape {
 // 4096x8191 3.44, 4096x16383 3.45, 131072x511 2.47, and bfloat16 N = 1 to 64 too (2097152x31 2.54, 1048576x63 3.40).
 // Where a thread holds one or two packs of a short row it lost: float32 2097152x17 0.73, 2097152x33 0.71,
 // 1048576x63 0.91 (one pack a thread: the head's load, exponential and store cost more than the packs save), bfloat16
-// 1048576x65 0.96, 524288x129 0.95. Those entries keep element by element.
+// 1048576x65 0.96, 524288x129 0.95. Those entries kept element by element.
+// With the edge slots (the tail beside the packs too, and ragged rows on the entry of their whole packs), 16-bit
+// N = 65-256 was timed again, peeled against element by element (scripts/ab.sh, one device call,
+// results/h200/experiments/ab_peel_short_rows.txt; time element by element / peeled): bfloat16 4096x197 1.45,
+// 65536x197 2.73, 4096x129 1.14, 524288x129 1.74, 4096x255 1.55, 262144x255 3.42, 524288x127 4.40; aligned rows
+// level. Those entries peel now. float32 N <= 64 stays element by element: 2097152x17 0.75, 1048576x50 0.84,
+// 1048576x63 0.91, where 2097152x33 gained 1.33 and 1048576x65 1.07 (the peel moved those rows to the entry
+// below: two flags per entry would take both; not done).
 // float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
 // fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
 // (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
@@ -180,8 +187,8 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
 // 262144x256 and 65536x1024.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}, false},
-    {256, 16, 16, false, true, {}, false}, {512, 32, 16, false, true, {32, 16, true, 0, true}},
+    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
+    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
