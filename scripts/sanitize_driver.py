@@ -35,7 +35,7 @@ SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3,
           Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
           Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001), Shape(300, 3001, 3005),
-          Shape(20000, 100), Shape(9000, 600), Shape(3, 16383), Shape(2, 131071)]
+          Shape(20000, 100), Shape(9000, 600), Shape(3, 16383), Shape(2, 131071), Shape(20000, 200), Shape(9, 200)]
 
 # The other operators: their own edge shapes (vector lengths for vector_add).
 CASES = {"softmax": SHAPES}
@@ -83,14 +83,14 @@ for op_name, variants in CUDA_OPS.items():
 
 # register_cached's PEELED kernels (ragged rows: off 16-byte boundaries, or N not a multiple of a pack), which its
 # variant takes on the shapes above only where they are odd: odd N on both sides of every power of two up to its
-# limit (2^k + 1 on the entry of 2^k), and 2^k + 6 (heads and tails of 6 elements), every distance from a
-# boundary in 9 rows, and in up to 20000 rows of at most 4M elements (the table's own shapes in blocks of 128 where
-# the rows are short enough; the sanitizers slow every access, so no more).
+# limit (2^k + 1 on the entry of 2^k), 197 and 209 (the 208 entry's), and 2^k + 6 (heads and tails of 6 elements),
+# every distance from a boundary in 9 rows, and in up to 20000 rows of at most 4M elements (the table's own shapes
+# in blocks of 128 where the rows are short enough; the sanitizers slow every access, so no more).
 if "softmax" in wanted:
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for n in [*(2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384), 38, 1030, 8198]:
+        for n in [*(2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384), 38, 1030, 8198, 197, 209]:
             for rows in (9, min(20000, 4_000_000 // n)):
                 run_checked(op, "register_cached peeled", torch.ops.lab.register_cached, Shape(rows, n), dtype)
                 ran += 1

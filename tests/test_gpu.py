@@ -570,11 +570,12 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
         assert res.ok, f"{what}: {res.summary()}"
 
 
-# Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape only there),
+# Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape there and at 208),
 # rows shorter than a 16-byte pack, whose head may be the whole row, and N = 2^k + 6, whose rows one element into a
 # buffer include the longest edge, a head and a tail of a pack less one element each (pack - 2 = 6 in 16 bits,
 # and 6 = 2 mod 4 in float32).
-PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384], 38, 1030, 8198]
+PEELED_NS = [1, 3, 7, *[2**k + d for k in range(5, 15) for d in (-1, 1) if 2**k + d <= 16384], 38, 1030, 8198,
+             197, 209]  # and both sides of the 208 entry's end
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
@@ -604,6 +605,8 @@ def test_register_cached_peeled_rows(n, dtype):
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
     aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
     assert _register_cached_kernel(aligned).endswith("false"), "aligned rows: a PEELED kernel"
+    res = check.check(torch.ops.lab.register_cached, aligned, False, SOFTMAX.reference(aligned))
+    assert res.ok, f"aligned rows of {aligned.shape[1]}: {res.summary()}"
 
 
 def _register_cached_kernel(t: torch.Tensor) -> str:

@@ -146,7 +146,7 @@ struct RowShape {
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false}, {64, 16, 4, false, false, {}, false}, {128, 16, 8, false, false},
-    {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false, {32, 32, true}},
+    {208, 32, 8, false, false},   {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false, {32, 32, true}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -186,9 +186,18 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // and 65536x1024; it rose by 1.3% at 4096x4096, which stays as it was. float32 is not staged: 1.6%
 // faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
 // 262144x256 and 65536x1024.
+// N = 129 to 208 then took a shape of its own, 8 threads x 32 elements (4 packs a thread, more bytes in flight
+// than the 256 entry's 16 x 16 where a row leaves a quarter of its slots empty), loaded straight into registers:
+// scripts/tune_register_cached.py had 8 x 32 in blocks of 128 ahead of the table at bfloat16 151296x192 and
+// 151296x200 (results/h200/experiments/tune_register_cached_200.json); then in one device call (scripts/ab.sh,
+// results/h200/experiments/ab_entry_208.txt, an entry of 224 against none; time before / after): bfloat16
+// 151296x197 1.09 (a ViT's 197 tokens; float16 1.11), 151296x136 1.17, 151296x160 1.13, 151296x200 1.04, 151296x208
+// 1.04, 262144x225 (ragged rows on the entry of their whole packs) 1.04, but 151296x224 0.98, so the entry ends at
+// 208; 4096x197 read 0.96 in rounds that overlapped (6.40-6.88 against 6.42-6.50 us). float32 has the same entry
+// with the 256 entry's shape (the tables keep one entry per length), the same kernels.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
-    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
+    {208, 8, 32, false, false},    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}},
     {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
