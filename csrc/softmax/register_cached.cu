@@ -146,7 +146,8 @@ struct RowShape {
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false}, {64, 16, 4, false, false, {}, false}, {128, 16, 8, false, false},
-    {208, 32, 8, false, false},   {256, 32, 8, false, false},   {512, 64, 8, false, false},     {1024, 64, 16, false, false, {32, 32, true}},
+    {208, 32, 8, false, false},   {256, 32, 8, false, false},     {512, 64, 8, false, false},
+    {1024, 64, 16, false, false, {32, 32, true}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -367,7 +368,8 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // on a persistent grid loads stay in flight while the row's math runs: ncu on the H200 found the
   // one-row-per-iteration version stalled on its loads (long scoreboard) at 50-74% of peak DRAM
   // throughput for bfloat16. On a grid of one block per row group the prefetch finds no next row.
-  // A pack that is not whole, or of a misaligned row, is read element by element when it is used.
+  // A pack that is not whole, or of a misaligned row, is read element by element when it is used (PEELED: it is
+  // -inf, and the edge slots hold those elements).
   // PEELED: packs split the row's body, the whole packs from its first 16-byte boundary, `head` elements in; the
   // head and the tail after the body (at most K - 1 elements each) are the row's edge, held in kEdgeSlots floats.
   constexpr int kEdgeSlots = PEELED ? (2 * (K - 1) + THREADS_PER_ROW - 1) / THREADS_PER_ROW : 0;

@@ -20,8 +20,8 @@
 //     end; cluster_plan) and there are at least kOddRowsManyRows rows.
 // Measured on the H200 (scripts/interleave.py, register_cached against cluster at 1, 8, 32, 132, 528, 2048 and
 // 16384 rows; results/h200/experiments/odd_rows_rule_m_sweep.txt): on the entry below N's, register_cached was
-// ahead at every M (bfloat16 4097 and 8193 by 9-26%, float32 2049 and 4097 by 0-9%). Against one more CTA per
-// row (16383) it was ahead in bfloat16 (0-10%) but 15-20% behind in float32 at 1 to 32 rows, level at 132 and
+// ahead at every M (bfloat16 4097 and 8193 by 10-35%, float32 2049 and 4097 by 0-10%). Against one more CTA per
+// row (16383) it was ahead in bfloat16 (0-11%) but 15-20% behind in float32 at 1 to 32 rows, level at 132 and
 // ahead from 528 (3-5%). Where cluster keeps N's entry, mixed (12289: bfloat16 cluster ahead from 528 rows by
 // 1-9%, float32 register_cached ahead there and behind below): the table's choice stands. Against the streaming
 // path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
