@@ -270,7 +270,7 @@ def test_register_cached_ragged_entries():
         for k in range(5, 15):
             end = 2**k
             end_entry, end_peels = torch.ops.lab_tune.register_cached_ragged(end, dtype)
-            assert end_entry == end, (dtype, end, end_entry)  # the table changes shape at powers of two
+            assert end_entry == end, (dtype, end, end_entry)  # the table has an entry ending at every power of two
             for n in [end + d for d in range(-pack, pack) if end + d <= limit] + [1, pack - 1]:
                 entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
                 assert entry >= max(n // pack * pack, 1) and (peeled or entry >= n), (dtype, n, entry, peeled)
@@ -281,6 +281,7 @@ def test_register_cached_ragged_entries():
                     shorter += entry < n
         assert list(torch.ops.lab_tune.register_cached_ragged(limit + 1, dtype)) == [0, 0], dtype
     assert list(torch.ops.lab_tune.register_cached_ragged(1025, torch.bfloat16)) == [1024, 1]
+    assert list(torch.ops.lab_tune.register_cached_ragged(209, torch.bfloat16)) == [208, 1]  # and at 208 in 16 bits
     assert shorter, "no ragged length takes an entry shorter than its row"
 
 
