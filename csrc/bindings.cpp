@@ -324,7 +324,8 @@ std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::Scalar
 std::vector<int64_t> tune_register_cached_ragged(int64_t cols, at::ScalarType dtype) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   int64_t entry_cols = 0;
-  const bool peeled = lab::register_cached_ragged(cols, lab::to_lab_dtype(probe, "register_cached_ragged"), &entry_cols);
+  const bool peeled =
+      lab::register_cached_ragged(cols, lab::to_lab_dtype(probe, "register_cached_ragged"), &entry_cols);
   return {entry_cols, peeled ? 1 : 0};
 }
 

@@ -793,8 +793,8 @@ bool register_cached_rows_ragged(const RowsArgs& a) { return rows_ragged(a); }
 bool register_cached_ragged(int64_t cols, DType dtype, int64_t* entry_cols) {
   *entry_cols = 0;
   if (cols < 1 || cols > kMaxCols) return false;
-  const bool wide = dtype == DType::kFloat32;
-  const RowShape& s = ragged_entry(wide ? kRowShapes32 : kRowShapes16, kVecBytes / (wide ? 4 : 2), cols, -1);
+  const auto& table = dtype == DType::kFloat32 ? kRowShapes32 : kRowShapes16;
+  const RowShape& s = ragged_entry(table, kVecBytes / elem_bytes(dtype), cols, -1);
   *entry_cols = s.max_cols;
   return s.peel;
 }
