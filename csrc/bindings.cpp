@@ -237,7 +237,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //                              int stagger_groups=1, int stagger_ns=0) -> Tensor
 //       the resident path with a given shape index and cluster size (errors when the slice does not
 //       fit that shape), on a persistent grid or one cluster per row, the first wave's clusters
-//       started in stagger_groups groups stagger_ns apart (cluster.cu, Stagger)
+//       started in stagger_groups groups stagger_ns apart (cluster.cu, Stagger); shape -1: the streaming
+//       path (its own cluster size; the other arguments are not used)
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)
@@ -255,7 +256,7 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       shapes take them, 1 on its PEELED kernels else 0 (element by element)]
 //   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]
 //       [variant, "table" or "default rule", why the odd-rows rule replaced that choice ("entry below N", "cluster
-//       streams", "cluster one more CTA"), else ""];
+//       streams", "cluster crosses an entry"), else ""];
 //       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N)
 namespace {
 template <typename Launch>

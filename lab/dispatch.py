@@ -275,8 +275,8 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         why = {"entry below N": f"register_cached holds their whole packs on its table entry for rows of up to "
                                 f"{entry_cols} elements, below N's",
                "cluster streams": "cluster would read them twice (its streaming path)",
-               "cluster one more CTA": "cluster would split them over one more CTA than its entry for N (the shifted "
-                                       "row crosses the entry's end), and they are many rows"}[odd_rows]
+               "cluster crosses an entry": "N is within a pack of the end of its entry in cluster's table of aligned "
+                                           "rows (the shifted row crosses it), and they are many rows"}[odd_rows]
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
                      f"{why}; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
     if source == "table" and torch.cuda.is_available():
@@ -308,12 +308,10 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
         plan = torch.ops.lab_tune.cluster_plan(n, dtype, m, aligned)
         shape, cluster, persistent, stagger_groups, stagger_ns = plan
         if not aligned:
-            own_cluster = torch.ops.lab_tune.cluster_plan(n, dtype, m)[1]
             lines.append(f"  rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "
                          + (f"each is split from the 16-byte boundary below its start, as a row of up to {n + pack - 1}"
-                            " elements" if shape >= 0 else "the streaming path takes them")
-                         + (" over one more CTA than N's entry (the shifted row crosses the entry's end)"
-                            if shape >= 0 and cluster != own_cluster else ""))
+                            " elements, by cluster's table for such rows" if shape >= 0
+                            else "the streaming path takes them (cluster's table for such rows)"))
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:

@@ -29,8 +29,9 @@ if not torch.cuda.is_available():
 # register_cached takes an entry's few-rows shape where its grid is resident at once (bfloat16 N = 65 to 128,
 # float32 N = 513 to 1024, 16-bit N = 257 to 512 with its exponentials in shared memory, and 16-bit N = 513 to
 # 1024 at 32 registers with them: the small M here); 20000x100 and 9000x600 are rows enough for its table's
-# own shapes there, in blocks of 128 and one block per row. 16383 and 131071 are within a pack of a cluster entry's
-# end: cluster takes those rows shifted with one more CTA per row than the entry's (3, 5, 9: cluster_plan).
+# own shapes there, in blocks of 128 and one block per row. Contiguous rows of odd N (3001, 12001, 16383, 100003,
+# 131071, 262147) take cluster's tables for shifted rows (cluster_plan: 1 to 16 CTAs, float32 262147 on a persistent
+# grid, bfloat16 262147 streamed), 600001 its streaming path.
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3, 700), Shape(4, 1025),
           Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),

@@ -10,11 +10,17 @@ others. Each configuration is checked against float64 before it is timed (median
 do_bench, L2 flushed, each configuration in one stretch; the lab itself times a point's variants in
 interleaved rounds). Every configuration starts its first wave of clusters all at once (no stagger;
 scripts/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
-one the launch table (cluster_plan) picks, and cuda.register_cached and torch.softmax for scale;
-writes every measurement as JSON.
+one the launch table (cluster_plan) picks, cuda.cluster as launched (the table's choice with its
+stagger), the streaming path, and cuda.register_cached and torch.softmax for scale; writes every
+measurement as JSON.
 
     python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
-        [--json tune.json]
+        [--shape 4096x50257 ...] [--json tune.json]
+
+--shape (repeatable) times the shapes given instead of the sweeps'. Where N or the row stride is not a
+multiple of a 16-byte pack, rows start off 16-byte boundaries: the launcher splits each as a shifted row of up
+to a pack less one element more, from the shapes that load straight into registers only (stages 0), and
+the candidates are chosen for that longest shifted row.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from lab.operators.softmax import SOFTMAX
 from lab.registry import ALL_DTYPES, dtype_name
 
 CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
+STREAMING = -1  # torch.ops.lab_tune.cluster's shape for the streaming path (kStreamingShape in lab/tune.h)
 DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 
 
@@ -41,12 +48,22 @@ def points(min_n: int, max_n: int | None = None) -> list[tuple[str, inputs.Shape
             if s.n >= min_n and (max_n is None or s.n <= max_n)]
 
 
-def candidates(n: int, dtype: torch.dtype, shapes: list[ClusterShape], kinds: str = "all"):
+def pack_of(dtype: torch.dtype) -> int:
+    """Elements in a 16-byte pack of `dtype`."""
+    return 16 // torch.empty((), dtype=dtype).element_size()
+
+
+def candidates(n: int, dtype: torch.dtype, shapes: list[ClusterShape], kinds: str = "all", shifted: bool = False):
     """(shape index, cluster) pairs whose slice fits the shape and uses at least a quarter of it, for
-    the shapes compiled for `dtype` of the kinds asked for (all, packed or float)."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    the shapes compiled for `dtype` of the kinds asked for (all, packed or float). Shifted rows (contiguous
+    rows whose N is not a multiple of a pack) fit as rows of n + pack - 1 elements, on stages-0 shapes only."""
+    pack = pack_of(dtype)
+    if shifted:
+        n += pack - 1
     for i, s in enumerate(shapes):
         if not s.runs(dtype) or (kinds == "packed" and not s.packed) or (kinds == "float" and s.packed):
+            continue
+        if shifted and s.stages:
             continue
         for c in CLUSTERS:
             slice_elems = math.ceil(math.ceil(n / pack) / c) * pack
@@ -73,9 +90,11 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     ref = SOFTMAX.reference(x)
     nbytes = SOFTMAX.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
+    # Rows off 16-byte boundaries: x's row stride, or y's (the op's output is contiguous: N).
+    shifted = shape.n % pack_of(dtype) != 0 or shape.stride % pack_of(dtype) != 0
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
-           "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m)), "configs": []}
-    pairs = list(candidates(shape.n, dtype, shapes, kinds))
+           "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m, not shifted)), "configs": []}
+    pairs = list(candidates(shape.n, dtype, shapes, kinds, shifted))
     if row["plan"][0] >= 0 and tuple(row["plan"][:2]) not in pairs:
         pairs.append(tuple(row["plan"][:2]))  # the plan's own choice, for comparison, whatever --shapes says
     for i, c in pairs:
@@ -95,7 +114,10 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
             t = bench.time_gpu(lambda run=run: run(x), rep_ms=50)
             cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
             cfg["pct_copy"] = 100 * cfg["gbps"] / copy
-    refs = {"torch.softmax": lambda: torch.softmax(x, -1)}
+    refs = {"torch.softmax": lambda: torch.softmax(x, -1),
+            # The launch table's own choice as cuda.cluster runs it (its stagger included), and the streaming path.
+            "cuda.cluster": lambda: torch.ops.lab.cluster(x),
+            "streaming": lambda: tuned(x, STREAMING, 1, True)}
     if shape.n <= 16384:
         refs["cuda.register_cached"] = lambda: torch.ops.lab_tune.register_cached(x, True)
         refs["cuda.register_cached (one block per row group)"] = lambda: torch.ops.lab_tune.register_cached(x, False)
@@ -111,6 +133,8 @@ def main() -> int:
                    help="which resident shapes to time: all, the packed 16-bit ones, or the float32-register ones")
     p.add_argument("--min-n", type=int, default=32)
     p.add_argument("--max-n", type=int, help="time the sweeps' rows of at most this many elements (default: all)")
+    p.add_argument("--shape", type=inputs.Shape.parse, action="append",
+                   help="MxN (repeatable): time these shapes (MxN/STRIDE: strided rows) instead of the sweeps' points")
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -120,7 +144,8 @@ def main() -> int:
     records = []
     start = time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
-        for sweep, shape in points(args.min_n, args.max_n):
+        todo = [("custom", s) for s in args.shape] if args.shape else points(args.min_n, args.max_n)
+        for sweep, shape in todo:
             row = measure_point(sweep, shape, dtype, shapes, args.shapes)
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
@@ -132,7 +157,8 @@ def main() -> int:
                 rc = (f"register_cached {row['cuda.register_cached']:5.1f}% (non-persistent "
                       f"{row['cuda.register_cached (one block per row group)']:5.1f}%) ")
             print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27} "
-                  f"plan {describe(planned):<27} {rc}torch {row['torch.softmax']:5.1f}%"
+                  f"plan {describe(planned):<27} cuda.cluster {row['cuda.cluster']:5.1f}% "
+                  f"streaming {row['streaming']:5.1f}% {rc}torch {row['torch.softmax']:5.1f}%"
                   + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
             if args.json:  # after every point: a run cut short keeps what it measured
                 with open(args.json, "w") as f:

@@ -83,8 +83,9 @@ def test_default_rule_outside_the_table(installed_extension):
 def test_odd_rows_rule(installed_extension):
     """Ragged rows (aligned=False: a contiguous input of odd N) where the table names cluster: auto takes
     register_cached instead where register_cached holds the row (N <= its limit) and either takes it on the table
-    entry below N's (its whole packs fit there: 2^k + 1), or cluster would stream it, or cluster would split it
-    over one more CTA than N's entry and the rows are many (128 or more); aligned rows keep the table's choice."""
+    entry below N's (its whole packs fit there: 2^k + 1), or cluster would stream it, or N is within a pack of the end
+    of its entry in cluster's aligned table (2^k - 1) and the rows are many (128 or more); aligned rows keep the
+    table's choice."""
     cluster_everywhere = [record("cuda.cluster", 3000, n, 4096, dtype) for n in (1024, 16384, 65536)
                           for dtype in ("float32", "bfloat16")]
     dispatch.install(dispatch.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
@@ -93,7 +94,9 @@ def test_odd_rows_rule(installed_extension):
     for dtype in (torch.float32, torch.bfloat16):
         for n in [*range(1001, 65536, 1000), 1025, 2049, 4097, 8191, 8193, 16383, 32767, 65535]:
             for m in (8, 4096):
-                shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, dtype, m, a))[:2] for a in (False, True))
+                pack = 16 // torch.empty((), dtype=dtype).element_size()
+                shifted = list(torch.ops.lab_tune.cluster_plan(n, dtype, m, False))
+                own, longest = (list(torch.ops.lab_tune.cluster_plan(k, dtype, m))[:2] for k in (n, n + pack - 1))
                 entry_cols, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
                 if n > limit:
                     why = ""
@@ -101,15 +104,15 @@ def test_odd_rows_rule(installed_extension):
                     why = "entry below N"
                 elif shifted[0] < 0:
                     why = "cluster streams"
-                elif shifted != own and m >= 128:
-                    why = "cluster one more CTA"
+                elif own != longest and m >= 128:
+                    why = "cluster crosses an entry"
                 else:
                     why = ""
                 expected = ["register_cached" if why else "cluster", "table", why]
                 assert list(torch.ops.lab_tune.auto_choice(m, n, dtype, False)) == expected, f"{dtype} {m}x{n}"
                 assert list(torch.ops.lab_tune.auto_choice(m, n, dtype)) == ["cluster", "table", ""]
                 seen.add(why)
-    assert {"", "entry below N", "cluster one more CTA"} <= seen, seen
+    assert {"", "entry below N", "cluster crosses an entry"} <= seen, seen
 
 
 def test_explain_says_how_odd_rows_are_taken(installed_extension):
@@ -121,16 +124,16 @@ def test_explain_says_how_odd_rows_are_taken(installed_extension):
     for m, n in ((4096, 8193), (4096, 16383), (8, 16383), (4096, 65535)):
         text = "\n".join(dispatch.explain(m, n, torch.bfloat16))
         why = torch.ops.lab_tune.auto_choice(m, n, torch.bfloat16, False)[2]
-        shifted, own = (list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, m, a))[:2] for a in (False, True))
+        shifted = list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, m, False))
         if why:
             phrase = {"entry below N": "below N's", "cluster streams": "read them twice",
-                      "cluster one more CTA": "one more CTA than its entry"}[why]
+                      "cluster crosses an entry": "within a pack of the end of its entry"}[why]
             assert "then the odd-rows rule" in text and phrase in text, text
             said.add(why)
-        elif shifted[0] >= 0 and shifted != own:
-            assert "over one more CTA than N's entry" in text and f"cluster: {shifted[1]} CTA(s)" in text, text
+        elif shifted[0] >= 0:
+            assert "by cluster's table for such rows" in text and f"cluster: {shifted[1]} CTA(s)" in text, text
             said.add("cluster's own plan")
-    assert {"entry below N", "cluster one more CTA", "cluster's own plan"} <= said, said
+    assert {"entry below N", "cluster crosses an entry", "cluster's own plan"} <= said, said
 
 
 def test_malformed_table_is_refused(installed_extension):

@@ -421,9 +421,10 @@ def _odd_rows(rows: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torc
     return x, view
 
 
-# Odd N across kPlan16's and kPlan32's entries, some within a pack of an entry's max_cols (their shifted rows
-# would cross into the next entry: the streaming path), and past the last resident entry (streaming too).
-SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 32001, 50257, 65535, 100003, 131071, 262143, 524287]
+# Odd N across the shifted rows' tables (kShiftedPlan32, kShiftedPlan16: 1 to 16 CTAs, one cluster per row or a
+# persistent grid (float32 327681), entries that stream (bfloat16 262143)) and past the last entry (streaming too).
+SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 16385, 32001, 40961, 50257, 65535, 65537, 100003, 131071, 262143,
+              327681, 524287]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)

@@ -33,7 +33,8 @@ struct StaggerPlan {
 };
 
 // How a row length is launched: shape >= 0 indexes the resident shapes with `cluster` CTAs per
-// row; shape < 0 is the streaming path (2 reads), with `cluster` CTAs per row.
+// row; shape kStreamingShape is the streaming path (2 reads), with `cluster` CTAs per row.
+constexpr int kStreamingShape = -1;
 struct ClusterPlan {
   int shape;
   int cluster;
@@ -46,15 +47,15 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 
 // The plan the cluster launcher uses for `rows` rows of `cols` elements of `dtype`: rows whose starts are
 // 16-byte aligned (aligned), or, where they are not, rows as far past a boundary in y as in x (cluster.cu,
-// SHIFTED: the plan of cols where a row a pack less one element longer is in the same entry and it loads
-// straight into registers; where that row crosses the entry's end, the same shape with one more CTA per row if
-// the entry has 2 to 15 and the row fits; else the streaming path).
+// SHIFTED: the shifted rows' own tables by N, kShiftedPlan32 and kShiftedPlan16, whose entries load straight into
+// registers or stream).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
-// How the cluster launcher takes `args` where not as aligned rows of that length (N's own entry): kNone where it
-// does; else on its streaming path (two reads of every element) or, for rows off 16-byte boundaries whose shifted
-// row crosses the entry's end, with one more CTA per row (cluster_plan).
-enum class ClusterDetour { kNone, kOneMoreCta, kStreaming };
+// How the cluster launcher takes `args` where its rows are off 16-byte boundaries, against aligned rows of that
+// length: kStreaming on its streaming path (two reads of every element); kCrossing where N is within a pack of
+// the end of its entry in the aligned table (the shifted row, up to a pack less one element longer, crosses it:
+// 2^k - 1 and the like); else, and for aligned rows, kNone.
+enum class ClusterDetour { kNone, kCrossing, kStreaming };
 ClusterDetour cluster_detour(const RowsArgs& args);
 // The same for `rows` rows of `cols` elements whose starts are 16-byte aligned in x and y (aligned: never), or as
 // far past a boundary in both (a contiguous input of odd N and its output).
@@ -64,7 +65,9 @@ ClusterDetour cluster_detour(int64_t cols, int64_t rows, DType dtype, bool align
 constexpr int64_t kRegisterCachedMaxCols = 16384;
 
 // The resident path with a given shape index and cluster size, for tuning: cudaErrorInvalidValue
-// when the slice does not fit the shape's registers or the rows are not 16-byte aligned.
+// when the slice does not fit the shape's registers or the rows are neither 16-byte aligned nor shiftable
+// (cluster.cu). shape kStreamingShape: the streaming path instead (its own cluster size; cluster, persistent
+// and stagger are not used).
 // persistent: a grid of the resident clusters looping over rows (else one cluster per row); stagger:
 // the first wave's start (cudaErrorInvalidValue for groups < 1 or step_ns < 0).
 cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, bool persistent, StaggerPlan stagger,
@@ -108,7 +111,7 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 // The variant auto runs for this shape on the current device, for rows whose starts are 16-byte aligned in x
 // and y (aligned) or rows as far past a boundary in both (a contiguous input of odd N, its output); whether
 // its model's table (rather than the default rule) chose it, and in *odd_rows why the odd-rows rule (auto.cu) then
-// replaced that choice ("entry below N", "cluster streams", "cluster one more CTA"), else "". Rows not aligned
+// replaced that choice ("entry below N", "cluster streams", "cluster crosses an entry"), else "". Rows not aligned
 // are ragged (register_cached's PEELED kernels).
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
                         std::string* odd_rows);

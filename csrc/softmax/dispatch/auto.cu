@@ -16,8 +16,8 @@
 //   - register_cached takes them on the entry below N's (N a few elements past an entry's end: its whole packs
 //     fit that entry; register_cached_ragged), or
 //   - cluster would take them on its streaming path (two reads of every element), or
-//   - cluster would split them over one more CTA per row than N's entry (the shifted row crosses the entry's
-//     end; cluster_plan) and there are at least kOddRowsManyRows rows.
+//   - N is within a pack of the end of its entry in cluster's aligned table (the shifted row crosses it: 2^k - 1;
+//     cluster_detour) and there are at least kOddRowsManyRows rows.
 // Measured on the H200 (scripts/interleave.py, register_cached against cluster at 1, 8, 32, 132, 528, 2048 and
 // 16384 rows; results/h200/experiments/odd_rows_rule_m_sweep.txt): on the entry below N's, register_cached was
 // ahead at every M (bfloat16 4097 and 8193 by 10-35%, float32 2049 and 4097 by 0-10%). Against one more CTA per
@@ -25,6 +25,10 @@
 // ahead from 528 (3-5%). Where cluster keeps N's entry, mixed (12289: bfloat16 cluster ahead from 528 rows by
 // 1-9%, float32 register_cached ahead there and behind below): the table's choice stands. Against the streaming
 // path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
+// Since then shifted rows have cluster tables of their own, measured at those crossing lengths too (cluster.cu,
+// kShiftedPlan32/16): at 4096 rows (results/h200/experiments/shifted_plan/) register_cached stays ahead at the
+// crossing lengths bfloat16 8191 (95.3% of a copy against 74.5) and 16383 (90.3 against 82.2) and float32 4095
+// (98.6 against 94.6), but not at float32 16383 (88.4 against 96.5), which the rule still gives register_cached.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -136,8 +140,9 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
   return default_choice(cols, dtype);
 }
 
-// The rows from which register_cached takes ragged rows that cluster would split over one more CTA than N's entry
-// (the header): float32 16383 was level at 132 rows, 15-20% behind at 32 and fewer.
+// The rows from which register_cached takes ragged rows whose shifted row crosses the end of N's entry in cluster's
+// aligned table (the header): float32 16383 was level at 132 rows, 15-20% behind at 32 and fewer (against cluster
+// with one more CTA per row, the plan those rows had then).
 constexpr int64_t kOddRowsManyRows = 128;
 
 // The odd-rows rule (see the header): where chosen `v` is cluster and the rows are ragged, the reason register_cached
@@ -151,8 +156,8 @@ const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool 
     why = "entry below N";
   } else if (detour == ClusterDetour::kStreaming) {
     why = "cluster streams";
-  } else if (detour == ClusterDetour::kOneMoreCta && rows >= kOddRowsManyRows) {
-    why = "cluster one more CTA";
+  } else if (detour == ClusterDetour::kCrossing && rows >= kOddRowsManyRows) {
+    why = "cluster crosses an entry";
   }
   if (why) *v = register_cached;
   return why;
