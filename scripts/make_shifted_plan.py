@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("json", nargs="+", help="tune_cluster.py --json files")
     args = p.parse_args(argv)
-    records = [r for f in args.json for r in json.load(open(f))]
+    records = []
+    for path in args.json:
+        with open(path) as f:
+            records += json.load(f)
     for dtype, table in TABLES.items():
         rows = [r for r in records if r["dtype"] == dtype and r["n"] % PACK[dtype]]
         if not rows:
