@@ -27,8 +27,8 @@
 // path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
 // Since then shifted rows have cluster tables of their own, measured at those crossing lengths too (cluster.cu,
 // kShiftedPlan32/16): at 4096 rows (results/h200/experiments/shifted_plan/) register_cached stays ahead at the
-// crossing lengths bfloat16 8191 (95.3% of a copy against 74.5) and 16383 (90.3 against 82.2) and float32 4095
-// (98.6 against 94.6), but not at float32 16383 (88.4 against 96.5), which the rule still gives register_cached.
+// crossing lengths bfloat16 8191 (94.4% of a copy against 74.5) and 16383 (90.5 against 82.2) and float32 4095
+// (96.9 against 94.6), but not at float32 16383 (88.1 against 96.5), which the rule still gives register_cached.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
