@@ -276,7 +276,7 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
                                 f"{entry_cols} elements, below N's",
                "cluster streams": "cluster would read them twice (its streaming path)",
                "cluster crosses an entry": "N is within a pack of the end of its entry in cluster's table of aligned "
-                                           "rows (the shifted row crosses it), and they are many rows"}[odd_rows]
+                                           "rows (the shifted row crosses it), and they are many 16-bit rows"}[odd_rows]
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
                      f"{why}; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
     if source == "table" and torch.cuda.is_available():

@@ -16,8 +16,8 @@
 //   - register_cached takes them on the entry below N's (N a few elements past an entry's end: its whole packs
 //     fit that entry; register_cached_ragged), or
 //   - cluster would take them on its streaming path (two reads of every element), or
-//   - N is within a pack of the end of its entry in cluster's aligned table (the shifted row crosses it: 2^k - 1;
-//     cluster_detour) and there are at least kOddRowsManyRows rows.
+//   - the rows are 16-bit, N is within a pack of the end of its entry in cluster's aligned table (the shifted row
+//     crosses it: 2^k - 1; cluster_detour), and there are at least kOddRowsManyRows rows.
 // Measured on the H200 (scripts/interleave.py, register_cached against cluster at 1, 8, 32, 132, 528, 2048 and
 // 16384 rows; results/h200/experiments/odd_rows_rule_m_sweep.txt): on the entry below N's, register_cached was
 // ahead at every M (bfloat16 4097 and 8193 by 10-35%, float32 2049 and 4097 by 0-10%). Against one more CTA per
@@ -27,8 +27,12 @@
 // path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
 // Since then shifted rows have cluster tables of their own, measured at those crossing lengths too (cluster.cu,
 // kShiftedPlan32/16): at 4096 rows (results/h200/experiments/shifted_plan/) register_cached stays ahead at the
-// crossing lengths bfloat16 8191 (94.4% of a copy against 74.5) and 16383 (90.5 against 82.2) and float32 4095
-// (96.9 against 94.6), but not at float32 16383 (88.1 against 96.5), which the rule still gives register_cached.
+// crossing lengths bfloat16 8191 (94.4% of a copy against 74.5) and 16383 (90.5 against 82.2), where cluster's
+// packed shifted rows trail aligned ones, and float32 4095 (96.9 against 94.6), but not at float32 16383 (88.1
+// against 96.5). Timed again in interleaved rounds (scripts/interleave.py, results/h200/experiments/shifted_plan/
+// crossing_f32_4169847.txt; register_cached / cluster time): float32 16383 1.04-1.11 at 132, 528, 4096 and 16384
+// rows (cluster ahead), 4095 0.94-1.00 (register_cached ahead, by 1% or less from 4096 rows). So the case is
+// 16-bit only: float32 crossing lengths keep the table's choice.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -156,7 +160,7 @@ const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool 
     why = "entry below N";
   } else if (detour == ClusterDetour::kStreaming) {
     why = "cluster streams";
-  } else if (detour == ClusterDetour::kCrossing && rows >= kOddRowsManyRows) {
+  } else if (detour == ClusterDetour::kCrossing && dtype != DType::kFloat32 && rows >= kOddRowsManyRows) {
     why = "cluster crosses an entry";
   }
   if (why) *v = register_cached;
