@@ -31,8 +31,9 @@
 // packed shifted rows trail aligned ones, and float32 4095 (96.9 against 94.6), but not at float32 16383 (88.1
 // against 96.5). Timed again in interleaved rounds (scripts/interleave.py, results/h200/experiments/shifted_plan/
 // crossing_f32_4169847.txt; register_cached / cluster time): float32 16383 1.04-1.11 at 132, 528, 4096 and 16384
-// rows (cluster ahead), 4095 0.94-1.00 (register_cached ahead, by 1% or less from 4096 rows). So the case is
-// 16-bit only: float32 crossing lengths keep the table's choice.
+// rows (cluster ahead), 4095 0.94-1.00 (register_cached ahead: 6% at 132 rows, 0.4-1% from 4096; 2.6% at 4096
+// in a later call, auto_f32_e6ba9e2.txt, where cuda.auto at 4096x16383 ran as cluster: 134.1 us against 147.7 on
+// register_cached). So the case is 16-bit only: float32 crossing lengths keep the table's choice.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
