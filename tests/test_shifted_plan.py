@@ -59,7 +59,7 @@ def test_generator_rule():
     a, b, c = (12, 1, False), (12, 2, False), (32, 3, False)
     rows = [
         _row(1001, {a: 90, b: 80}, 60),
-        _row(2001, {a: 95, b: 80}, 60),   # a again: merges with the entry before
+        _row(2001, {a: 95, b: 80, c: 90}, 60),  # a again (c not measured at 1001): merges with the entry before
         _row(3001, {b: 99, c: 97}, 95),   # b falls away at 2001 (80 < 0.9 * 95): c, though b is faster here
         _row(4001, {c: 50}, 70),          # the streaming path, steady at 3001 too
     ]
