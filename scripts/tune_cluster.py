@@ -91,7 +91,8 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     nbytes = SOFTMAX.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     # Rows off 16-byte boundaries: x's row stride, or y's (the op's output is contiguous: N).
-    shifted = shape.n % pack_of(dtype) != 0 or shape.stride % pack_of(dtype) != 0
+    pack = pack_of(dtype)
+    shifted = shape.n % pack != 0 or shape.stride % pack != 0
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m, not shifted)), "configs": []}
     pairs = list(candidates(shape.n, dtype, shapes, kinds, shifted))

@@ -305,6 +305,14 @@ constexpr PlanEntry kShiftedPlan16[] = {  // float16, bfloat16 (measured in bflo
     {524287, kStreamingShape, 1, true},  // streaming
 };
 
+// The 16-byte packs of each CTA's slice of a row of `cols` elements split over `cluster` CTAs (whole packs per
+// slice); a shifted row (SHIFTED) is up to a pack less one element longer. launch_resident refuses a slice of more
+// packs than the shape's registers hold.
+constexpr int64_t slice_packs_of(int64_t cols, int pack, bool shifted, int cluster) {
+  const int64_t row_packs = (cols + (shifted ? pack - 1 : 0) + pack - 1) / pack;
+  return (row_packs + cluster - 1) / cluster;
+}
+
 // Every entry of a shifted table loads straight into registers (or streams) and holds its longest shifted row,
 // max_cols + pack - 1 elements, in the shape's registers of `cluster` CTAs, as launch_resident checks.
 template <size_t N>
@@ -316,8 +324,7 @@ constexpr bool shifted_plan_fits(const PlanEntry (&plan)[N], int pack, bool sixt
     if (e.shape == kStreamingShape) continue;
     const ResidentShape& s = kResidentShapes[e.shape];
     if (s.stages != 0 || (s.packed && !sixteen_bit) || e.cluster < 1 || e.cluster > kMaxCluster) return false;
-    const int64_t packs = (e.max_cols + 2 * (pack - 1)) / pack;
-    if ((packs + e.cluster - 1) / e.cluster > int64_t{s.threads} * s.elems / pack) return false;
+    if (slice_packs_of(e.max_cols, pack, true, e.cluster) > int64_t{s.threads} * s.elems / pack) return false;
   }
   return true;
 }
@@ -868,8 +875,7 @@ template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED, bool SHIF
 cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, StaggerPlan stagger,
                             cudaStream_t stream) {
   constexpr int K = kPack<T>;
-  const int64_t row_packs = (a.cols + (SHIFTED ? K - 1 : 0) + K - 1) / K;
-  const int slice_packs = static_cast<int>((row_packs + cluster - 1) / cluster);
+  const int slice_packs = static_cast<int>(slice_packs_of(a.cols, K, SHIFTED, cluster));  // an int kernel argument
   if (slice_packs > THREADS * (ELEMS / K)) return cudaErrorInvalidValue;  // the slice must fit the registers
   const int smem = STAGES * THREADS * ELEMS * static_cast<int>(sizeof(T));
   if (stagger.groups < 1 || stagger.step_ns < 0) return cudaErrorInvalidValue;

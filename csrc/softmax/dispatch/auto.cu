@@ -151,18 +151,23 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
 constexpr int64_t kOddRowsManyRows = 128;
 
 // The odd-rows rule (see the header): where chosen `v` is cluster and the rows are ragged, the reason register_cached
-// takes them instead (register_cached's index in *v), else nullptr (v unchanged).
-const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool ragged, ClusterDetour detour) {
+// takes them instead (register_cached's index in *v), else nullptr (v unchanged). detour() gives cluster_detour's
+// answer for the rows, asked only where the rule gets that far (its plan lookups are host work on every call).
+template <typename Detour>
+const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool ragged, Detour&& detour) {
   static const int cluster = index_of("cluster"), register_cached = index_of("register_cached");
   if (*v != cluster || !ragged || cols > kRegisterCachedMaxCols) return nullptr;
   int64_t entry_cols = 0;
   const char* why = nullptr;
   if (register_cached_ragged(cols, dtype, &entry_cols) && entry_cols < cols) {
     why = "entry below N";
-  } else if (detour == ClusterDetour::kStreaming) {
-    why = "cluster streams";
-  } else if (detour == ClusterDetour::kCrossing && dtype != DType::kFloat32 && rows >= kOddRowsManyRows) {
-    why = "cluster crosses an entry";
+  } else {
+    const ClusterDetour d = detour();
+    if (d == ClusterDetour::kStreaming) {
+      why = "cluster streams";
+    } else if (d == ClusterDetour::kCrossing && dtype != DType::kFloat32 && rows >= kOddRowsManyRows) {
+      why = "cluster crosses an entry";
+    }
   }
   if (why) *v = register_cached;
   return why;
@@ -175,7 +180,7 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   int v = choose(a.rows, a.cols, a.dtype, &from_table);
   if (v < 0) return cudaErrorInvalidValue;
   if (kVariants[v].launch == &softmax_cluster) {
-    odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), cluster_detour(a));
+    odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), [&] { return cluster_detour(a); });
   }
   return kVariants[v].launch(a, stream);
 }
@@ -219,7 +224,8 @@ std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, b
                         std::string* odd_rows) {
   int v = choose(rows, cols, dtype, from_table);
   if (v < 0) return std::string();
-  const char* why = odd_rows_rule(&v, rows, cols, dtype, !aligned, cluster_detour(cols, rows, dtype, aligned));
+  const char* why =
+      odd_rows_rule(&v, rows, cols, dtype, !aligned, [&] { return cluster_detour(cols, rows, dtype, aligned); });
   *odd_rows = why ? why : "";
   return std::string(kVariants[v].name);
 }
