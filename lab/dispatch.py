@@ -262,6 +262,9 @@ def install_committed() -> list[Path]:
     return paths
 
 
+TILES_RULE = "short rows in tiles"  # auto_choice's reason where auto's tiles rule gave the rows to tiled_rows
+
+
 def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     """Lines saying what torch.ops.lab.softmax runs for an (m, n) input of `dtype`, and why."""
     name = str(dtype).removeprefix("torch.")
@@ -269,8 +272,13 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
     pack = 16 // dtype.itemsize
     aligned = n % pack == 0
     variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
-    lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then the odd-rows rule' if odd_rows else ''})"]
-    if odd_rows:
+    rule = "the tiles rule" if odd_rows == TILES_RULE else "the odd-rows rule"
+    lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then ' + rule if odd_rows else ''})"]
+    if odd_rows == TILES_RULE:
+        lines.append(f"  tiles rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}), "
+                     "short and many: tiled_rows moves tiles of consecutive rows as whole 16-byte packs, where "
+                     "register_cached would hold each row's edges element by element (csrc/softmax/dispatch/auto.cu)")
+    elif odd_rows:
         entry_cols = torch.ops.lab_tune.register_cached_ragged(n, dtype)[0]
         why = {"entry below N": f"register_cached holds their whole packs on its table entry for rows of up to "
                                 f"{entry_cols} elements, below N's",

@@ -51,6 +51,8 @@ def to_gpu(t: torch.Tensor) -> torch.Tensor:
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--op", action="append", choices=list(CUDA_OPS), help="only this operator (repeatable)")
+parser.add_argument("--variant", action="append", help="only this variant, e.g. cuda.tiled_rows (repeatable; the "
+                    "sections of other variants' own paths are then skipped)")
 parser.add_argument("--no-tuning-shapes", action="store_true",
                     help="skip the launch shapes compiled for tuning (torch.ops.lab_tune.*)")
 args = parser.parse_args()
@@ -72,6 +74,8 @@ for op_name, variants in CUDA_OPS.items():
         continue
     op = operators.get(op_name)
     for variant in [*variants.values(), *([AUTO] if op_name == "softmax" else [])]:
+        if args.variant and variant.name not in args.variant:
+            continue
         kernel = variant.kernel()
         ran = 0
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -87,7 +91,12 @@ for op_name, variants in CUDA_OPS.items():
 # limit (2^k + 1 on the entry of 2^k), 197 and 209 (the 208 entry's), and 2^k + 6 (heads and tails of 6 elements),
 # every distance from a boundary in 9 rows, and in up to 20000 rows of at most 4M elements (the table's own shapes
 # in blocks of 128 where the rows are short enough; the sanitizers slow every access, so no more).
-if "softmax" in wanted:
+def only(name: str) -> bool:
+    """Whether the section of variant `name`'s own paths runs (--variant)."""
+    return not args.variant or name in args.variant
+
+
+if "softmax" in wanted and only("cuda.register_cached"):
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -98,6 +107,27 @@ if "softmax" in wanted:
     print(f"softmax register_cached peeled rows: ran {ran} shape and dtype cases", flush=True)
 
 
+# tiled_rows' tiles: contiguous rows of odd N, whose tiles start at every distance from a 16-byte boundary, over
+# several tiles (the last partial), into a contiguous output (in place in shared memory) and into one a element
+# off (y's image in a buffer of its own).
+if "softmax" in wanted and only("cuda.tiled_rows"):
+    op = operators.get("softmax")
+    ran = 0
+
+    def tiled_rows_into_offset(t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
+        torch.ops.lab.tiled_rows.out(t, out=out)
+        return out
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n in (1, 7, 17, 63, 197, 511):
+            for rows in (9, 300):
+                run_checked(op, "tiled_rows", torch.ops.lab.tiled_rows, Shape(rows, n), dtype)
+                run_checked(op, "tiled_rows into an offset output", tiled_rows_into_offset, Shape(rows, n), dtype)
+                ran += 2
+    print(f"softmax tiled_rows odd rows: ran {ran} shape, dtype and output cases", flush=True)
+
+
 SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory a CTA may have on sm_90
 
 # The launch shapes compiled for tuning, which no variant's table may take today: register_cached's
@@ -105,7 +135,7 @@ SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory a CTA may have on 
 # 2 CTAs, the last pack of each CTA's slice partly empty, and the direct ones also on 9 rows of an odd
 # length, shifted, on a persistent grid and one cluster per row;
 # a shape whose staging exceeds a CTA's shared memory in a dtype is refused there, launching nothing).
-if "softmax" in wanted and not args.no_tuning_shapes:
+if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):

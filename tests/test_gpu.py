@@ -421,6 +421,33 @@ def _odd_rows(rows: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torc
     return x, view
 
 
+# cuda.tiled_rows: every row shape of kTileShapes at both of its ends and odd lengths between, with tiles whole and
+# partial (its tiles hold about 8 KB of x: 64 rows of 63 bfloat16 elements, 4 of 512 float32 ones).
+TILED_NS = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 197, 255, 256, 257, 383, 511, 512]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("n", TILED_NS)
+def test_tiled_rows_layouts(n, dtype):
+    """cuda.tiled_rows against float64 with -inf, NaN and +inf at rows' ends (_odd_rows), on each of its paths:
+    a contiguous input (the tile by 16-byte copies, y in place), the same rows one element into their buffer (x's
+    tiles at other phases), an output off by other distances (y's image in a buffer of its own), a strided view
+    (element by element) into a contiguous output and into a strided one; rows from 1 to several tiles, the last
+    tile partial."""
+    for rows in (1, 5, 67, 3001):
+        x, view = _odd_rows(rows, n, dtype) if rows >= 8 else (inputs.make_input(Shape(rows, n), dtype, "cuda"),) * 2
+        strided = inputs.make_input(Shape(rows, n, n + 5), dtype, "cuda")
+        for t, what in ((x, "contiguous"), (view, "one element in"), (strided, "strided")):
+            res = check.check(torch.ops.lab.tiled_rows, t, False, SOFTMAX.reference(t))
+            assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {what}: {res.summary()}"
+            for offset, width in ((3, n), (0, n + 3)):
+                buf = torch.full((rows * width + offset,), math.nan, dtype=dtype, device="cuda")
+                out = buf[offset:].as_strided((rows, n), (width, 1))
+                torch.ops.lab.tiled_rows.out(t, out=out)
+                res = check.compare(out, SOFTMAX.reference(t), dtype)
+                assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {what} into ({offset}, {width}): {res.summary()}"
+
+
 # Odd N across the shifted rows' tables (kShiftedPlan32, kShiftedPlan16: 1 to 16 CTAs, one cluster per row or a
 # persistent grid (float32 327681), entries that stream (bfloat16 262143)) and past the last entry (streaming too).
 SHIFTED_NS = [2049, 4097, 8191, 12001, 16383, 16385, 32001, 40961, 50257, 65535, 65537, 100003, 131071, 262143,

@@ -282,6 +282,11 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
               "row held in registers (sub-warp/warp per short row, block per medium row; 16-bit types as "
               "their loaded words, two per register): 1 read, 1 write",
               max_n=16384, max_n_reason="the row must fit in one block's registers (kMaxCols in register_cached.cu)"),
+    _register("tiled_rows", Traffic(1, 1),
+              "short rows in tiles of consecutive rows staged through shared memory by 16-byte cp.async copies "
+              "(whole packs whatever each row's alignment), a group of 1-32 lanes per row: 1 read, 1 write",
+              max_n=512, max_n_reason="a row must fit one warp's registers, 16 elements a lane (kMaxCols in "
+              "tiled_rows.cu)"),
     _register("cluster", Traffic(1, 1),
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
               "one cluster per row, the first wave started in staggered groups (or a persistent grid with "

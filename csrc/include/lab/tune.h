@@ -111,8 +111,9 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 // The variant auto runs for this shape on the current device, for rows whose starts are 16-byte aligned in x
 // and y (aligned) or rows as far past a boundary in both (a contiguous input of odd N, its output); whether
 // its model's table (rather than the default rule) chose it, and in *odd_rows why the odd-rows rule (auto.cu) then
-// replaced that choice ("entry below N", "cluster streams", "cluster crosses an entry"), else "". Rows not aligned
-// are ragged (register_cached's PEELED kernels).
+// replaced that choice ("entry below N", "cluster streams", "cluster crosses an entry") or the tiles rule did ("short
+// rows in tiles"), else "". Rows not aligned are ragged (register_cached's PEELED kernels); the input is taken as
+// contiguous.
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
                         std::string* odd_rows);
 
