@@ -19,6 +19,15 @@
 // per tile, blocks striding over tiles past the grid's limit.
 // Limits: N <= kMaxCols (512: a row must fit one warp's registers at 16 elements per lane); past that the
 // launcher refuses with cudaErrorInvalidValue. Any number of rows (64-bit offsets), any N >= 1, any row strides.
+// Where it falls short of its 1R+1W ceiling, and why (H200, results/h200/experiments/tiled_rows/): float32 rows of
+// 31 to 64 elements from 131072 rows reach 95-99% of a copy (register_cached, peeling each row: 88-95%), and 17
+// elements 76% (70%); bfloat16 N = 31 81-82% (47-62%), N = 17 53% (34%), but aligned rows 83-94% where
+// register_cached makes 99%. ncu (--clock-control none) has the 16-bit kernels issue-bound: issue active 90% of peak
+// at bfloat16 1048576x64, about 34 instructions per element (the rotated slots' address and bounds arithmetic, each
+// element loaded from and stored to shared memory alone, the groups' reductions). Packed 16-bit pairs (register_cached
+// holds two elements per register) would halve the loads and stores; rows off 4-byte boundaries stand in the way.
+// Few rows: a tile's load, reduce and store run one after the other in a block, and with fewer than a few blocks per
+// SM the latency shows (4096x63: 80% against register_cached's 95%); auto gives it many rows only.
 // Next rung: rows too long for a warp take register_cached's block groups, then cluster.
 #include <algorithm>
 #include <climits>

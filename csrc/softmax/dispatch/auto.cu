@@ -40,11 +40,12 @@
 //   - 16-bit rows of at most kTiledMaxCols16 (32) elements, at least kTiledMinRows16 (32768) of them.
 // register_cached peels such rows one by one, mostly edges held element by element; tiled_rows moves a tile of
 // consecutive rows as whole 16-byte packs. Measured on the H200 (python -m lab.test, both variants at 17, 31, 50 and
-// 63 elements and 32768 to 2097152 rows, results/h200/experiments/tiled_rows/; % of the copy, tiled_rows against
-// register_cached): bfloat16 N = 31 80% against 51% at 524288 rows, 87 against 79 at 32768; N = 17 59 against 41 at
-// 524288, level at 32768; but N = 50 and 63 behind at 32768 rows (73 against 87, 76 against 89) and within 4 points
-// either way from 131072. float32 N = 50 95 against 88 at 524288 rows, N = 31 97 against 93, N = 63 98 against 95,
-// ahead by 3-5 points from 131072 rows (N = 17 level there), 1-5 behind at 32768.
+// 63 elements and 32768 to 524288 rows, the A side of results/h200/experiments/tiled_rows/ab_resident_blocks.txt;
+// % of the copy, tiled_rows against register_cached): bfloat16 N = 31 80% against 51% at 524288 rows, 87 against
+// 79 at 32768; N = 17 59 against 41 at 524288, level at 32768; but N = 50 and 63 behind at 32768 rows (73 against
+// 87, 76 against 89) and within 5 points either way from 131072. float32 N = 50 95 against 88 at 524288 rows, N = 31
+// 97 against 93, N = 63 98 against 95: ahead by 3-5 points from 131072 rows (N = 17 level there), from 5 behind to
+// 1 ahead at 32768.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
