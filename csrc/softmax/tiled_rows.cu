@@ -24,8 +24,10 @@
 // elements 76% (70%); bfloat16 N = 31 81-82% (47-62%), N = 17 53% (34%), but aligned rows 83-94% where
 // register_cached makes 99%. ncu (--clock-control none) has the 16-bit kernels issue-bound: issue active 90% of peak
 // at bfloat16 1048576x64, about 34 instructions per element (the rotated slots' address and bounds arithmetic, each
-// element loaded from and stored to shared memory alone, the groups' reductions). Packed 16-bit pairs (register_cached
-// holds two elements per register) would halve the loads and stores; rows off 4-byte boundaries stand in the way.
+// element loaded from and stored to shared memory alone, the groups' reductions). Reading and writing 16-bit rows in
+// pairs, one word each from the row's first 4-byte boundary on (half the shared-memory accesses; the head and tail
+// elements beside), was no faster: level to 3 points behind at N = 17-63 and 5-9 behind at N = 128-511
+// (results/h200/experiments/tiled_rows/ab_pairs.txt), so the instructions that bind are elsewhere.
 // Few rows: a tile's load, reduce and store run one after the other in a block, and with fewer than a few blocks per
 // SM the latency shows (4096x63: 80% against register_cached's 95%); auto gives it many rows only.
 // Next rung: rows too long for a warp take register_cached's block groups, then cluster.
