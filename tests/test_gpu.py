@@ -24,7 +24,7 @@ OWN = [v for v in GPU_VARIANTS if v.backend != "peer"]
 CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
 # Just over 2^31 elements (4.3 GB in bfloat16): element offsets past 2^31 - 1 need 64-bit indexing.
 # Long rows for the block-per-row kernels, short ones for those limited to shorter rows.
-BIG = [(32769, 65536), (2097153, 1024)]
+BIG = [(32769, 65536), (2097153, 1024), (8388609, 256)]
 
 
 def variant_dtypes() -> list:
@@ -446,6 +446,30 @@ def test_tiled_rows_layouts(n, dtype):
                 torch.ops.lab.tiled_rows.out(t, out=out)
                 res = check.compare(out, SOFTMAX.reference(t), dtype)
                 assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {what} into ({offset}, {width}): {res.summary()}"
+
+
+@pytest.mark.parametrize(("dtype", "m", "n", "view", "expected"), [
+    (torch.float32, 131072, 63, False, "tiled_rows"),
+    (torch.float32, 131071, 63, False, "register_cached"),  # fewer rows than the rule's
+    (torch.float32, 131072, 63, True, "register_cached"),  # rows not contiguous (a view of wider rows)
+    (torch.float32, 131072, 64, False, "register_cached"),  # aligned rows
+    (torch.bfloat16, 32768, 31, False, "tiled_rows"),
+    (torch.float16, 32768, 17, False, "tiled_rows"),
+    (torch.bfloat16, 32768, 33, False, "register_cached"),  # longer than the rule's 16-bit rows
+], ids=lambda p: dtype_name(p) if isinstance(p, torch.dtype) else str(p))
+def test_auto_takes_short_ragged_rows_in_tiles(dtype, m, n, view, expected):
+    """cuda.auto's tiles rule at run time (auto.cu, softmax_auto): the kernel it launches for contiguous ragged rows
+    is tiled_rows where the rule says so (as auto_choice, which --explain prints, says for a contiguous input), else
+    the table's register_cached; the result against float64."""
+    shape = Shape(m, n, n + 1 if view else None)
+    x = inputs.make_input(shape, dtype, "cuda")
+    choice = torch.ops.lab_tune.auto_choice(m, n, dtype, n % (16 // x.element_size()) == 0)[0]
+    if not view:
+        assert choice == expected, f"auto_choice says {choice}"
+    launched = [k for k in _launched_kernels(lambda: torch.ops.lab.softmax(x)) if "softmax_kernel" in k]
+    assert len(launched) == 1 and f"{expected}_softmax_kernel" in launched[0], launched
+    res = check.check(torch.ops.lab.softmax, x, False, SOFTMAX.reference(x))
+    assert res.ok, f"{shape.label} {dtype_name(dtype)}: {res.summary()}"
 
 
 # Odd N across the shifted rows' tables (kShiftedPlan32, kShiftedPlan16: 1 to 16 CTAs, one cluster per row or a
