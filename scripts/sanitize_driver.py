@@ -69,6 +69,16 @@ def run_checked(op, label: str, fn, shape: Shape, dtype: torch.dtype) -> None:
     assert res.ok, (label, op.name, shape, res.summary())
 
 
+KNOWN = {v.name for variants in CUDA_OPS.values() for v in variants.values()} | {AUTO.name}
+if unknown := sorted(set(args.variant or ()) - KNOWN):
+    parser.error(f"--variant {', '.join(unknown)}: not a CUDA variant (one of {', '.join(sorted(KNOWN))})")
+
+
+def only(name: str) -> bool:
+    """Whether the section of variant `name`'s own paths runs (--variant)."""
+    return not args.variant or name in args.variant
+
+
 for op_name, variants in CUDA_OPS.items():
     if op_name not in wanted:
         continue
@@ -91,11 +101,6 @@ for op_name, variants in CUDA_OPS.items():
 # limit (2^k + 1 on the entry of 2^k), 197 and 209 (the 208 entry's), and 2^k + 6 (heads and tails of 6 elements),
 # every distance from a boundary in 9 rows, and in up to 20000 rows of at most 4M elements (the table's own shapes
 # in blocks of 128 where the rows are short enough; the sanitizers slow every access, so no more).
-def only(name: str) -> bool:
-    """Whether the section of variant `name`'s own paths runs (--variant)."""
-    return not args.variant or name in args.variant
-
-
 if "softmax" in wanted and only("cuda.register_cached"):
     op = operators.get("softmax")
     ran = 0
@@ -108,7 +113,7 @@ if "softmax" in wanted and only("cuda.register_cached"):
 
 
 # tiled_rows' tiles: contiguous rows of odd N, whose tiles start at every distance from a 16-byte boundary, over
-# several tiles (the last partial), into a contiguous output (in place in shared memory) and into one a element
+# several tiles (the last partial), into a contiguous output (in place in shared memory) and into one an element
 # off (y's image in a buffer of its own).
 if "softmax" in wanted and only("cuda.tiled_rows"):
     op = operators.get("softmax")
