@@ -209,7 +209,7 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
     odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), [&] { return cluster_detour(a); });
   }
   if (a.cols <= kTiledMaxCols32) {
-    const bool contiguous = (a.x_row_stride == a.cols && a.y_row_stride == a.cols) || a.rows == 1;
+    const bool contiguous = a.x_row_stride == a.cols && a.y_row_stride == a.cols;  // the rule wants many rows
     tiles_rule(&v, a.rows, a.cols, a.dtype, contiguous && register_cached_rows_ragged(a));
   }
   return kVariants[v].launch(a, stream);
