@@ -117,24 +117,28 @@ def test_odd_rows_rule(installed_extension):
 
 def test_tiles_rule(installed_extension):
     """Contiguous ragged rows (aligned=False: N not a multiple of a pack) where the table names register_cached: auto
-    takes tiled_rows instead for float32 rows of at most 64 elements, 131072 rows or more, and 16-bit rows of at most
-    32 elements, 32768 rows or more; aligned rows, longer rows and fewer rows keep the table's choice."""
+    takes tiled_rows instead for float32 rows of at most 64 elements and 131072 rows or more, and for 16-bit rows of
+    at most 32 elements and 32768 rows or more, or of 33 to 64 and 131072 or more; aligned rows, longer rows and fewer
+    rows keep the table's choice."""
     table = [record("cuda.register_cached", 3000, n, m, dtype) for n in (32, 64, 128) for m in (4096, 1048576)
              for dtype in ("float32", "bfloat16", "float16")]
     dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
     seen = set()
-    for dtype, longest, fewest in ((torch.float32, 64, 131072), (torch.bfloat16, 32, 32768),
-                                   (torch.float16, 32, 32768)):
+    # (longest N, fewest rows) of each tier, shortest rows first
+    tiers = {torch.float32: ((64, 131072),), torch.bfloat16: ((32, 32768), (64, 131072)),
+             torch.float16: ((32, 32768), (64, 131072))}
+    for dtype, rule in tiers.items():
         pack = 16 // torch.empty((), dtype=dtype).element_size()
         for n in range(1, 129):
-            for m in (1, fewest - 1, fewest, 4 * fewest):
+            fewest = next((rows for longest, rows in rule if n <= longest), None)
+            for m in (1, 32767, 32768, 131071, 131072, 1048576):
                 ragged = n % pack != 0
-                tiled = ragged and n <= longest and m >= fewest
+                tiled = ragged and fewest is not None and m >= fewest
                 expected = ["tiled_rows", "table", "short rows in tiles"] if tiled else ["register_cached", "table", ""]
                 assert list(torch.ops.lab_tune.auto_choice(m, n, dtype, not ragged)) == expected, f"{dtype} {m}x{n}"
                 assert list(torch.ops.lab_tune.auto_choice(m, n, dtype, True)) == ["register_cached", "table", ""]
-                seen.add(tiled)
-    assert seen == {True, False}
+                seen.add((dtype, tiled))
+    assert seen == {(dtype, tiled) for dtype in tiers for tiled in (True, False)}
     text = "\n".join(dispatch.explain(1048576, 63, torch.float32))
     assert "cuda.tiled_rows (table, then the tiles rule)" in text and "tiles rule: rows of 63 elements" in text, text
 

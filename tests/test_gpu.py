@@ -448,14 +448,42 @@ def test_tiled_rows_layouts(n, dtype):
                 assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {what} into ({offset}, {width}): {res.summary()}"
 
 
+# tiled_rows.cu's rotate_slots: rows whose lengths would put a warp's reads of one slot on few banks rotate each
+# group's slots; the rest read constant slots (less arithmetic). (dtype, N, rows one element in, rotated): the
+# shared-memory wavefronts without and with the rotation, summed over slots and phases, in the comments.
+@pytest.mark.parametrize(("dtype", "n", "shifted", "rotated"), [
+    (torch.bfloat16, 31, False, False),  # 248 against 256
+    (torch.bfloat16, 63, False, True),  # 632 against 256
+    (torch.float16, 50, False, False),  # 104 against 172
+    (torch.bfloat16, 255, False, False),  # 256 against 248
+    (torch.bfloat16, 64, True, True),  # 128-byte rows, one element in: every row of a warp on the same banks
+    (torch.float32, 17, False, False),  # 68 against 116
+    (torch.float32, 127, False, True),  # 256 against 128
+    (torch.float32, 15, False, False),  # 60 against 960: one lane a row, the rotation puts rows on few banks
+    (torch.float16, 16, True, True),  # 1024 against 260
+], ids=lambda p: dtype_name(p) if isinstance(p, torch.dtype) else str(p))
+def test_tiled_rows_rotates_slots_where_banks_collide(dtype, n, shifted, rotated):
+    """The kernel tiled_rows launches has the slot rotation rotate_slots chooses, and its result is right."""
+    m = 4099
+    x = (inputs.make_input(Shape(1, m * n + 1), dtype, "cuda").view(-1)[1:].view(m, n) if shifted
+         else inputs.make_input(Shape(m, n), dtype, "cuda"))
+    launched = [k for k in _launched_kernels(lambda: torch.ops.lab.tiled_rows(x)) if "tiled_rows_softmax_kernel" in k]
+    assert len(launched) == 1 and launched[0].split(">")[0].endswith(f", {str(rotated).lower()}"), launched
+    res = check.check(torch.ops.lab.tiled_rows, x, False, SOFTMAX.reference(x))
+    assert res.ok, f"{m}x{n} {dtype_name(dtype)}: {res.summary()}"
+
+
 @pytest.mark.parametrize(("dtype", "m", "n", "view", "expected"), [
     (torch.float32, 131072, 63, False, "tiled_rows"),
     (torch.float32, 131071, 63, False, "register_cached"),  # fewer rows than the rule's
     (torch.float32, 131072, 63, True, "register_cached"),  # rows not contiguous (a view of wider rows)
     (torch.float32, 131072, 64, False, "register_cached"),  # aligned rows
+    (torch.float32, 32768, 50, False, "register_cached"),  # float32 rows: from 131072
     (torch.bfloat16, 32768, 31, False, "tiled_rows"),
     (torch.float16, 32768, 17, False, "tiled_rows"),
-    (torch.bfloat16, 32768, 33, False, "register_cached"),  # longer than the rule's 16-bit rows
+    (torch.bfloat16, 32768, 33, False, "register_cached"),  # 16-bit rows of 33 to 64 elements: from 131072 rows
+    (torch.bfloat16, 131072, 50, False, "tiled_rows"),
+    (torch.bfloat16, 131072, 65, False, "register_cached"),  # longer than the rule's rows
 ], ids=lambda p: dtype_name(p) if isinstance(p, torch.dtype) else str(p))
 def test_auto_takes_short_ragged_rows_in_tiles(dtype, m, n, view, expected):
     """cuda.auto's tiles rule at run time (auto.cu, softmax_auto): the kernel it launches for contiguous ragged rows

@@ -27,11 +27,14 @@
 // element loaded from and stored to shared memory alone, the groups' reductions). Reading and writing 16-bit rows in
 // pairs, one word each from the row's first 4-byte boundary on (half the shared-memory accesses; the head and tail
 // elements beside), was no faster: level to 3 points behind at N = 17-63 and 5-9 behind at N = 128-511
-// (results/h200/experiments/tiled_rows/ab_pairs.txt), so the instructions that bind are elsewhere.
+// (results/h200/experiments/tiled_rows/ab_pairs.txt), so the instructions that bind are elsewhere. They were the
+// slots' rotation (below): with constant slots where the rows' lengths allow (rotate_slots), bfloat16 N = 31 reaches
+// 87-92% of a copy from 32768 rows, N = 50 and 53 85-89% from 131072, N = 7 to 17 68-89% (grid_constant_slots.txt).
 // Few rows: a tile's load, reduce and store run one after the other in a block, and with fewer than a few blocks per
 // SM the latency shows (4096x63: 80% against register_cached's 95%); auto gives it many rows only.
 // Next rung: rows too long for a warp take register_cached's block groups, then cluster.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -52,6 +55,12 @@ constexpr int kThreads = 128;
 constexpr int kTileBytes = 8192;  // of x per tile, at most (a tile holds one row at least)
 constexpr int kFewRowsBlocksPerSm = 4;  // the launcher shrinks tiles until the grid has this many blocks per SM
 constexpr int kResidentBlocks = 12;  // asked of __launch_bounds__: at most 42 registers a thread
+// float32 rows of one lane each with constant slots (the kernel's ROTATE false) take 10 (at most 48 registers): at 42
+// ptxas spilled 4 bytes there.
+template <typename T, int GROUP, bool ROTATE>
+constexpr int resident_blocks() {
+  return sizeof(T) == 4 && GROUP == 1 && !ROTATE ? 10 : kResidentBlocks;
+}
 
 // The row shapes: the first whose max_cols covers N. 16 slots a lane, not 8 (twice the lanes per row), halve the
 // groups' reductions per element: on the H200 bfloat16 524288x128 went from 74% to 94% of a copy and 1048576x64
@@ -163,8 +172,8 @@ __device__ __forceinline__ int phase_of(const T* p, int64_t offset, bool contigu
 
 // One block per tile of tile_rows rows (a whole number of passes of kThreads / GROUP rows), striding over the
 // tiles. Dynamic shared memory: x's image (in_bytes), then y's where it has a buffer of its own (separate).
-template <typename T, int GROUP, int EPT>
-__global__ void __launch_bounds__(kThreads, kResidentBlocks)
+template <typename T, int GROUP, int EPT, bool ROTATE>
+__global__ void __launch_bounds__(kThreads, (resident_blocks<T, GROUP, ROTATE>()))
     tiled_rows_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols, int64_t x_stride,
                               int64_t y_stride, int tile_rows, bool x_contiguous, bool y_contiguous, bool separate,
                               int in_bytes) {
@@ -174,11 +183,13 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocks)
   constexpr int kRowsPerPass = kThreads / GROUP;
   const int group = threadIdx.x / GROUP;
   const int lane = threadIdx.x % GROUP;
-  // The groups of a warp start their rows at different slots (slot k of a lane holds the row's chunk (k + rot) mod
-  // EPT). Rows whose bytes are a multiple of 128 start on the same bank, so without it the rows of a warp read and
-  // write the same banks at each step (ncu on the H200, bfloat16 1048576x64 without it: 2 of every 3 shared-memory
-  // wavefronts were bank conflicts).
-  const int rot = (group % (kWarpSize / GROUP)) & (EPT - 1);
+  // ROTATE: the groups of a warp start their rows at different slots (slot k of a lane holds the row's chunk
+  // (k + rot) mod EPT). Rows whose bytes are a multiple of 128 start on the same bank, so without it the rows of a
+  // warp read and write the same banks at each step (ncu on the H200, bfloat16 1048576x64 without it: 2 of every 3
+  // shared-memory wavefronts were bank conflicts). Without it, each slot's offset is a constant of the unrolled loop,
+  // where the rotation costs its arithmetic at every slot of both passes; the launcher rotates only where the rows'
+  // lengths make it pay (rotate_slots).
+  const int rot = ROTATE ? (group % (kWarpSize / GROUP)) & (EPT - 1) : 0;
   const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t r0 = t * tile_rows;
@@ -233,6 +244,64 @@ cudaError_t dispatch_tile_shape(int64_t cols, F&& f) {
   }
 }
 
+// Shared-memory wavefronts of one warp's reads of a tile's rows, slot by slot as the kernel reads them: per slot, the
+// most distinct 4-byte words that any of the 32 banks serves (1: no conflict), summed over the EPT slots and over
+// the phases a tile's image can start at (elem_size-byte elements of rows of `cols`; lanes past the row read
+// nothing). The kernel's address of slot k: row r of the warp at r * cols, lane + off(k) after it.
+int slot_wavefronts(int cols, int elem_size, int group, int ept, bool rotate) {
+  const int rows_per_warp = kWarpSize / group;
+  int total = 0;
+  for (int phase = 0; phase < kVecBytes / elem_size; ++phase) {
+    for (int k = 0; k < ept; ++k) {
+      int64_t words[kWarpSize];
+      int count = 0;
+      for (int t = 0; t < kWarpSize; ++t) {
+        const int r = t / group, lane = t % group;
+        const int rot = rotate ? (r % rows_per_warp) & (ept - 1) : 0;
+        const int col = lane + ((k + rot) & (ept - 1)) * group;
+        if (col < cols) words[count++] = (int64_t{phase} + int64_t{r} * cols + col) * elem_size / 4;
+      }
+      int most = 0;
+      for (int bank = 0; bank < kWarpSize; ++bank) {
+        int distinct = 0;
+        for (int i = 0; i < count; ++i) {
+          if (words[i] % kWarpSize != bank) continue;
+          bool seen = false;
+          for (int j = 0; j < i && !seen; ++j) seen = words[j] == words[i];
+          distinct += seen ? 0 : 1;
+        }
+        most = std::max(most, distinct);
+      }
+      total += most;
+    }
+  }
+  return total;
+}
+
+// Whether the groups' slots rotate (the kernel's ROTATE) for rows of `cols`: where the rows without the rotation
+// would take more than kRotateRatio (1.9) times its wavefronts (slot_wavefronts). Measured on the H200 in two A/B calls
+// (scripts/ab.sh, results/h200/experiments/tiled_rows/ab_constant_slots.txt and ab_rotate_ratio.txt; time with
+// constant slots / rotated, the ratio of their wavefronts in brackets): bfloat16 N = 17 0.75 at 2097152 rows (1.09),
+// 31 0.84 (0.97), 50 0.79 (0.60), 53 0.79 (1.69), 55 0.79 (1.75), 95 0.94 (1.6), 137 0.97 (1.75), 197 0.94 (1.82),
+// 255 0.97 (1.03), but 63 1.24 (2.47); float32 17 0.87 (0.59), 33 0.89 (1.74), 31 level (0.97), but 94 and 95 1.03
+// (1.68, 1.71), 63 and 127 1.01 (2.0). The arithmetic the constant slots save is worth some more wavefronts, not
+// twice as many; the float32 rows of 94 and 95 elements are where this model of the banks falls short. Rows of odd
+// N <= 16 (one lane a row) do not rotate: they already sit on different banks, and the rotation would put them on
+// few (float32 N = 15: 60 wavefronts against 960). The answer is remembered per element size and length.
+constexpr int kRotateRatioNum = 19, kRotateRatioDen = 10;  // 1.9
+bool rotate_slots(int cols, int elem_size, int group, int ept) {
+  static std::atomic<signed char> memo[2][kMaxCols + 1];  // 0: not asked yet, 1: constant slots, 2: rotated
+  std::atomic<signed char>& m = memo[elem_size == 4 ? 1 : 0][cols];
+  signed char v = m.load(std::memory_order_relaxed);
+  if (v == 0) {
+    const int plain = slot_wavefronts(cols, elem_size, group, ept, false);
+    const int rotated = slot_wavefronts(cols, elem_size, group, ept, true);
+    v = plain * kRotateRatioDen > rotated * kRotateRatioNum ? 2 : 1;
+    m.store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
 // Bytes of one side's image: the tile plus up to 15 bytes of phase, in whole 16-byte packs.
 constexpr int image_bytes(int elems, int elem_size) {
   return (elems * elem_size + 2 * kVecBytes - 1) / kVecBytes * kVecBytes;
@@ -266,7 +335,9 @@ cudaError_t softmax_tiled_rows(const RowsArgs& a, cudaStream_t stream) {
           x_contiguous != y_contiguous || (x_contiguous && offset % kVecBytes != 0);
       const int in_bytes = image_bytes(tile_rows * cols, sizeof(T));
       const int smem = in_bytes * (separate ? 2 : 1);
-      const auto kernel = tiled_rows_softmax_kernel<T, s.group, s.ept>;
+      const bool rotate = rotate_slots(cols, sizeof(T), s.group, s.ept);
+      const auto kernel = rotate ? tiled_rows_softmax_kernel<T, s.group, s.ept, true>
+                                 : tiled_rows_softmax_kernel<T, s.group, s.ept, false>;
       const int64_t tiles = (a.rows + tile_rows - 1) / tile_rows;
       const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, INT_MAX));
       kernel<<<grid, kThreads, smem, stream>>>(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, cols,

@@ -36,16 +36,20 @@
 // register_cached). So the case is 16-bit only: float32 crossing lengths keep the table's choice.
 // Short ragged rows, the tiles rule: where the table (or the default rule) names register_cached, tiled_rows takes
 // contiguous ragged rows (x and y rows N apart, N not a multiple of a pack or x off a 16-byte boundary) that are
-//   - float32 rows of at most kTiledMaxCols32 (64) elements, at least kTiledMinRows32 (131072) of them, or
-//   - 16-bit rows of at most kTiledMaxCols16 (32) elements, at least kTiledMinRows16 (32768) of them.
-// register_cached peels such rows one by one, mostly edges held element by element; tiled_rows moves a tile of
-// consecutive rows as whole 16-byte packs. Measured on the H200 (python -m lab.test, both variants at 17, 31, 50 and
-// 63 elements and 32768 to 524288 rows, the A side of results/h200/experiments/tiled_rows/ab_resident_blocks.txt;
-// % of the copy, tiled_rows against register_cached): bfloat16 N = 31 80% against 51% at 524288 rows, 87 against
-// 79 at 32768; N = 17 59 against 41 at 524288, level at 32768; but N = 50 and 63 behind at 32768 rows (73 against
-// 87, 76 against 89) and within 5 points either way from 131072. float32 N = 50 95 against 88 at 524288 rows, N = 31
-// 97 against 93, N = 63 98 against 95: ahead by 3-5 points from 131072 rows (N = 17 level there), from 5 behind to
-// 1 ahead at 32768. float16 takes bfloat16's rule (the same kernels; not measured on its own).
+//   - float32 rows of at most 64 elements, at least 131072 of them, or
+//   - 16-bit rows of at most 32 elements, at least 32768 of them, or of 33 to 64 elements, at least 131072
+// (kTilesRule). register_cached peels such rows one by one, mostly edges held element by element; tiled_rows moves
+// a tile of consecutive rows as whole 16-byte packs. Measured on the H200 after tiled_rows' constant slots (python -m
+// lab.test, both variants at 13 lengths from 7 to 127 and 32768, 131072 and 524288 rows,
+// results/h200/experiments/tiled_rows/grid_constant_slots.txt; % of the copy, tiled_rows against register_cached):
+// bfloat16 N = 7 to 33 ahead at every row count (N = 31: 87 against 76 at 32768 rows, 92 against 51 at 524288), 41 to
+// 53 ahead from 131072 rows (N = 50: 88 against 74) but 4-6 behind at 32768, 63 level at 131072 and 2 ahead at
+// 524288, 71 and 95 behind or level; float32 N = 7 to 31 ahead from 131072 rows (N = 15: 95 against 69 at 524288) but
+// behind at 32768 (N = 31: 88 against 92), 33 to 63 ahead at every row count (N = 50: 95 against 90 at 32768), 71
+// and longer level or behind. bfloat16 N = 33 at 32768 rows (77 against 73) is left to the table, and so are float32
+// rows of 33 to 64 elements at 32768 rows: a later call had float32 32768x50 the other way round (78 against 83,
+// results/h200/experiments/tiled_rows/lab_auto_rule.txt; tensors of 6.5 MB, a few microseconds a call). float16
+// takes bfloat16's rule (the same kernels; not measured on its own).
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -186,17 +190,28 @@ const char* odd_rows_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool 
 }
 
 // The tiles rule (see the header): where chosen `v` is register_cached and the rows are contiguous and ragged, the
-// reason tiled_rows takes them instead (its index in *v), else nullptr (v unchanged).
-constexpr int64_t kTiledMaxCols32 = 64, kTiledMinRows32 = 131072, kTiledMaxCols16 = 32, kTiledMinRows16 = 32768;
+// reason tiled_rows takes them instead (its index in *v), else nullptr (v unchanged). kTilesRule: per dtype class,
+// the first entry whose max_cols covers N says from how many rows tiled_rows takes them; past the last, none.
+constexpr int64_t kTiledMaxCols = 64;  // the longest rows the rule gives tiled_rows, in any dtype
+struct TilesEntry {
+  bool float32;
+  int64_t max_cols;
+  int64_t min_rows;
+};
+constexpr TilesEntry kTilesRule[] = {
+    {true, kTiledMaxCols, 131072}, {false, 32, 32768}, {false, kTiledMaxCols, 131072},
+};
 const char* tiles_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool contiguous_ragged) {
   static const int register_cached = index_of("register_cached"), tiled_rows = index_of("tiled_rows");
   if (*v != register_cached || tiled_rows < 0 || !contiguous_ragged) return nullptr;
   const bool f32 = dtype == DType::kFloat32;
-  if (cols > (f32 ? kTiledMaxCols32 : kTiledMaxCols16) || rows < (f32 ? kTiledMinRows32 : kTiledMinRows16)) {
-    return nullptr;
+  for (const TilesEntry& e : kTilesRule) {
+    if (e.float32 != f32 || cols > e.max_cols) continue;
+    if (rows < e.min_rows) return nullptr;
+    *v = tiled_rows;
+    return "short rows in tiles";
   }
-  *v = tiled_rows;
-  return "short rows in tiles";
+  return nullptr;
 }
 
 }  // namespace
@@ -208,7 +223,7 @@ cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   if (kVariants[v].launch == &softmax_cluster) {
     odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), [&] { return cluster_detour(a); });
   }
-  if (a.cols <= kTiledMaxCols32) {
+  if (a.cols <= kTiledMaxCols) {
     const bool contiguous = a.x_row_stride == a.cols && a.y_row_stride == a.cols;  // the rule wants many rows
     tiles_rule(&v, a.rows, a.cols, a.dtype, contiguous && register_cached_rows_ragged(a));
   }
