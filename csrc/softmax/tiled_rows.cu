@@ -89,6 +89,38 @@ constexpr bool tile_shapes_hold() {
 static_assert(tile_shapes_hold(),
               "a tile shape does not hold its longest row in a power-of-two group of a warp (power-of-two slots)");
 
+// The column that slot k of a lane reads, past the lane's own (lane + slot_column(...)): chunk (k + rot) mod ept of
+// the row, chunks of `group` columns. rot is the rotation of the row's group, 0 with constant slots (slot_rotation).
+// One definition for the kernel and for the host's model of its banks (slot_wavefronts), so that the model reads the
+// layout the kernel does.
+__host__ __device__ constexpr int slot_rotation(bool rotate, int group_in_warp, int ept) {
+  return rotate ? group_in_warp & (ept - 1) : 0;
+}
+__host__ __device__ constexpr int slot_column(int k, int rot, int ept, int group) {
+  return ((k + rot) & (ept - 1)) * group;
+}
+
+// The n elements at p as whole 16-byte packs and edges: the packs from the 16-byte boundary `first` (at or after p)
+// up to the one at or before the end, `head` elements before them, the edge after them from element `tail`. a0: the
+// 16-byte boundary at or below p.
+struct PackSpan {
+  uintptr_t a0, first;
+  int head, packs, tail;
+};
+template <typename T>
+__device__ __forceinline__ PackSpan pack_span(const T* p, int n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  PackSpan s;
+  s.a0 = a & ~uintptr_t{kVecBytes - 1};
+  s.first = (a + kVecBytes - 1) & ~uintptr_t{kVecBytes - 1};
+  const uintptr_t last = (a + uintptr_t(n) * sizeof(T)) & ~uintptr_t{kVecBytes - 1};
+  const uintptr_t before = (s.first - a) / sizeof(T);
+  s.head = before < uintptr_t(n) ? static_cast<int>(before) : n;
+  s.packs = last > s.first ? static_cast<int>((last - s.first) / kVecBytes) : 0;
+  s.tail = s.head + s.packs * (kVecBytes / static_cast<int>(sizeof(T)));
+  return s;
+}
+
 // x's tile -> shared memory: the whole 16-byte packs by cp.async, the edges (and non-contiguous rows)
 // element by element. The image: element i of the tile (row r, column c: i = r N + c) at smem[phase + i], phase the
 // elements between the tile's first element in HBM and the 16-byte boundary below it (0 for rows that are not
@@ -105,24 +137,16 @@ __device__ __forceinline__ int load_tile(T* smem, const T* __restrict__ x, int64
     return 0;
   }
   const T* src = x + r0 * stride;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
-  const uintptr_t a0 = a & ~uintptr_t{kVecBytes - 1};
-  const int phase = static_cast<int>((a - a0) / sizeof(T));
-  const uintptr_t first = (a + kVecBytes - 1) & ~uintptr_t{kVecBytes - 1};
-  const uintptr_t end = a + uintptr_t(n) * sizeof(T);
-  const uintptr_t last = end & ~uintptr_t{kVecBytes - 1};
-  const uintptr_t before = (first - a) / sizeof(T);
-  const int head = before < uintptr_t(n) ? static_cast<int>(before) : n;
-  const int packs = last > first ? static_cast<int>((last - first) / kVecBytes) : 0;
-  const int tail = head + packs * (kVecBytes / static_cast<int>(sizeof(T)));
-  char* base = reinterpret_cast<char*>(smem) + (first - a0);
-  for (int p = threadIdx.x; p < packs; p += kThreads) {
-    cp_async_16(base + p * kVecBytes, reinterpret_cast<const char*>(first) + p * kVecBytes, kVecBytes);
+  const PackSpan s = pack_span(src, n);
+  const int phase = static_cast<int>((reinterpret_cast<uintptr_t>(src) - s.a0) / sizeof(T));
+  char* base = reinterpret_cast<char*>(smem) + (s.first - s.a0);
+  for (int p = threadIdx.x; p < s.packs; p += kThreads) {
+    cp_async_16(base + p * kVecBytes, reinterpret_cast<const char*>(s.first) + p * kVecBytes, kVecBytes);
   }
   cp_async_commit();
-  const int edge = head + (n - tail);
+  const int edge = s.head + (n - s.tail);
   for (int e = threadIdx.x; e < edge; e += kThreads) {
-    const int i = e < head ? e : tail + (e - head);
+    const int i = e < s.head ? e : s.tail + (e - s.head);
     smem[phase + i] = src[i];
   }
   cp_async_wait<0>();
@@ -142,22 +166,14 @@ __device__ __forceinline__ void store_tile(const T* smem, int phase, T* __restri
     return;
   }
   T* dst = y + r0 * stride;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
-  const uintptr_t a0 = a & ~uintptr_t{kVecBytes - 1};
-  const uintptr_t first = (a + kVecBytes - 1) & ~uintptr_t{kVecBytes - 1};
-  const uintptr_t end = a + uintptr_t(n) * sizeof(T);
-  const uintptr_t last = end & ~uintptr_t{kVecBytes - 1};
-  const uintptr_t before = (first - a) / sizeof(T);
-  const int head = before < uintptr_t(n) ? static_cast<int>(before) : n;
-  const int packs = last > first ? static_cast<int>((last - first) / kVecBytes) : 0;
-  const int tail = head + packs * (kVecBytes / static_cast<int>(sizeof(T)));
-  const char* base = reinterpret_cast<const char*>(smem) + (first - a0);
-  for (int p = threadIdx.x; p < packs; p += kThreads) {
-    *reinterpret_cast<uint4*>(first + p * kVecBytes) = *reinterpret_cast<const uint4*>(base + p * kVecBytes);
+  const PackSpan s = pack_span(dst, n);
+  const char* base = reinterpret_cast<const char*>(smem) + (s.first - s.a0);
+  for (int p = threadIdx.x; p < s.packs; p += kThreads) {
+    *reinterpret_cast<uint4*>(s.first + p * kVecBytes) = *reinterpret_cast<const uint4*>(base + p * kVecBytes);
   }
-  const int edge = head + (n - tail);
+  const int edge = s.head + (n - s.tail);
   for (int e = threadIdx.x; e < edge; e += kThreads) {
-    const int i = e < head ? e : tail + (e - head);
+    const int i = e < s.head ? e : s.tail + (e - s.head);
     dst[i] = smem[phase + i];
   }
 }
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, (resident_blocks<T, GROUP, ROTATE>()
   // shared-memory wavefronts were bank conflicts). Without it, each slot's offset is a constant of the unrolled loop,
   // where the rotation costs its arithmetic at every slot of both passes; the launcher rotates only where the rows'
   // lengths make it pay (rotate_slots).
-  const int rot = ROTATE ? (group % (kWarpSize / GROUP)) & (EPT - 1) : 0;
+  const int rot = slot_rotation(ROTATE, group % (kWarpSize / GROUP), EPT);
   const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t r0 = t * tile_rows;
@@ -207,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, (resident_blocks<T, GROUP, ROTATE>()
       float m = -CUDART_INF_F;
 #pragma unroll
       for (int k = 0; k < EPT; ++k) {
-        const int off = ((k + rot) & (EPT - 1)) * GROUP;
+        const int off = slot_column(k, rot, EPT, GROUP);
         v[k] = -CUDART_INF_F;
         if (off < lim) v[k] = to_float(row_in[off]);
         m = fmaxf(m, v[k]);
@@ -224,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, (resident_blocks<T, GROUP, ROTATE>()
       T* row_out = out + out_phase + r * cols + lane;
 #pragma unroll
       for (int k = 0; k < EPT; ++k) {
-        const int off = ((k + rot) & (EPT - 1)) * GROUP;
+        const int off = slot_column(k, rot, EPT, GROUP);
         if (off < lim) row_out[off] = from_float<T>(v[k] * inv);
       }
     }
@@ -257,8 +273,7 @@ int slot_wavefronts(int cols, int elem_size, int group, int ept, bool rotate) {
       int count = 0;
       for (int t = 0; t < kWarpSize; ++t) {
         const int r = t / group, lane = t % group;
-        const int rot = rotate ? (r % rows_per_warp) & (ept - 1) : 0;
-        const int col = lane + ((k + rot) & (ept - 1)) * group;
+        const int col = lane + slot_column(k, slot_rotation(rotate, r % rows_per_warp, ept), ept, group);
         if (col < cols) words[count++] = (int64_t{phase} + int64_t{r} * cols + col) * elem_size / 4;
       }
       int most = 0;
