@@ -84,7 +84,7 @@ for op_name, variants in CUDA_OPS.items():
         continue
     op = operators.get(op_name)
     for variant in [*variants.values(), *([AUTO] if op_name == "softmax" else [])]:
-        if args.variant and variant.name not in args.variant:
+        if not only(variant.name):
             continue
         kernel = variant.kernel()
         ran = 0
