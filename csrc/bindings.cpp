@@ -239,9 +239,7 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       fit that shape), on a persistent grid or one cluster per row, the first wave's clusters
 //       started in stagger_groups groups stagger_ns apart (cluster.cu, Stagger); shape -1: the streaming
 //       path (its own cluster size; the other arguments are not used)
-//   torch.ops.lab_tune.register_cached(Tensor x, bool persistent, bool whole=True) -> Tensor   the table's shape
-//       on a persistent grid or one block per row group; whole False: rows of whole packs on 16-byte boundaries
-//       on the kernel of any rows, not the one of whole rows (register_cached.cu, RowLayout)
+//   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)
 //   torch.ops.lab_tune.register_cached_shapes(ScalarType dtype) -> int[]   [threads per row, elements
@@ -280,9 +278,9 @@ at::Tensor tune_cluster(const at::Tensor& x, int64_t shape, int64_t cluster, boo
   });
 }
 
-at::Tensor tune_register_cached(const at::Tensor& x, bool persistent, bool whole) {
+at::Tensor tune_register_cached(const at::Tensor& x, bool persistent) {
   return tuned(x, "register_cached (tuned)", [&](const lab::RowsArgs& a, cudaStream_t s) {
-    return lab::softmax_register_cached_with(a, persistent ? 1 : 0, s, whole);
+    return lab::softmax_register_cached_with(a, persistent ? 1 : 0, s);
   });
 }
 
@@ -341,7 +339,7 @@ std::vector<int64_t> tune_cluster_plan(int64_t cols, at::ScalarType dtype, int64
 
 TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster(Tensor x, int shape, int cluster, bool persistent=True, int stagger_groups=1, int stagger_ns=0) -> Tensor");
-  m.def("register_cached(Tensor x, bool persistent, bool whole=True) -> Tensor");
+  m.def("register_cached(Tensor x, bool persistent) -> Tensor");
   m.def("register_cached_shape(Tensor x, int shape) -> Tensor");
   m.def("register_cached_shapes(ScalarType dtype) -> int[]", &tune_register_cached_shapes);
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);

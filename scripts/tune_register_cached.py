@@ -6,10 +6,7 @@ at once). This script tries every tuning shape compiled into lab._C
 (torch.ops.lab_tune.register_cached_shapes: threads per row, elements per thread, threads per block,
 packed, staged; labels like 16x8/128PS) that holds the row in less than twice its length, each on a
 grid of one block per row group, beside the table's own choice (torch.ops.lab_tune.register_cached,
-both grids; the few-rows shape is the table's choice on the grid of one block per row group), the table's choice
-again on the kernel of any rows (torch.ops.lab_tune.register_cached(x, False, False): a test and branch per pack,
-where the table's own launch takes rows of whole packs on 16-byte boundaries on the kernel of whole rows), a
-device-to-device copy of
+both grids; the few-rows shape is the table's choice on the grid of one block per row group), a device-to-device copy of
 the same bytes, and the lab's and the peers' softmax variants named by --variants (skipped, with the
 reason, where not installed). Each is checked against float64 before it is timed; all are timed in
 interleaved rounds (the order rotated each round; each round the median of --reps calls, the L2
@@ -40,7 +37,6 @@ DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 COPY = "copy"
 TABLE = "register_cached table"
 TABLE_PERSISTENT = "register_cached table, persistent"
-TABLE_ANY = "register_cached table, any-rows kernel"
 
 
 def shape_calls(x: torch.Tensor) -> dict:
@@ -51,7 +47,6 @@ def shape_calls(x: torch.Tensor) -> dict:
     fns = {COPY: lambda: out.copy_(x)}
     fns[TABLE] = lambda: torch.ops.lab_tune.register_cached(x, False)
     fns[TABLE_PERSISTENT] = lambda: torch.ops.lab_tune.register_cached(x, True)
-    fns[TABLE_ANY] = lambda: torch.ops.lab_tune.register_cached(x, False, False)
     for i, s in enumerate(register_cached_shapes(x.dtype)):
         if s.holds(n) and s.threads * s.elems < 2 * n:
             fns[s.label()] = lambda i=i: torch.ops.lab_tune.register_cached_shape(x, i)

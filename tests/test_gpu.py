@@ -640,8 +640,12 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
                                 (special, few_args, labels),
                                 (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
-        expected = f"{_cuda_type(dtype)}, {args}, {_expected_layout(x)}"
-        assert _register_cached_kernel(x) == expected, f"{what}: launched {_register_cached_kernel(x)}"
+        names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
+        pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
+        ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
+        peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
+        kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}, {peeled}>"
+        assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
         assert res.ok, f"{what}: {res.summary()}"
 
@@ -680,70 +684,24 @@ def test_register_cached_peeled_rows(n, dtype):
         res = check.compare(out, SOFTMAX.reference(x), dtype)
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
     aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
-    assert _register_cached_kernel(aligned).endswith("whole"), "aligned rows: not the kernel of whole rows"
+    assert _register_cached_kernel(aligned).endswith("false"), "aligned rows: a PEELED kernel"
     res = check.check(torch.ops.lab.register_cached, aligned, False, SOFTMAX.reference(aligned))
     assert res.ok, f"aligned rows of {aligned.shape[1]}: {res.summary()}"
 
 
-# register_cached.cu's RowLayout by its value, the last template argument of a launched kernel's name.
-RC_LAYOUTS = {"0": "any", "1": "whole", "2": "peeled"}
-
-
-def _register_cached_kernel(t: torch.Tensor, out: torch.Tensor | None = None) -> str:
-    """The template arguments of the one kernel cuda.register_cached launches for t (into `out` if given), its
-    layout (the last) by name: "float, 32, 32, 128, false, false, true, 0, false, whole"."""
-    def run():
-        return torch.ops.lab.register_cached(t) if out is None else torch.ops.lab.register_cached.out(t, out=out)
-    names = [k for k in _launched_kernels(run) if "register_cached" in k]
+def _register_cached_kernel(t: torch.Tensor) -> str:
+    """The template arguments of the one kernel cuda.register_cached launches for t."""
+    names = [k for k in _launched_kernels(lambda: torch.ops.lab.register_cached(t)) if "register_cached" in k]
     assert len(names) == 1, f"{Shape.of(t).label}: launched {names}"
-    args = names[0].split("register_cached_softmax_kernel<", 1)[1].split(">")[0]
-    shape, layout = args.rsplit(",", 1)
-    return f"{shape}, {RC_LAYOUTS[layout.strip()[-1]]}"
-
-
-def _expected_layout(x: torch.Tensor, out_aligned: bool = True) -> str:
-    """The layout register_cached should take x's rows on: ragged rows (off 16-byte boundaries, or N not a multiple
-    of a pack) peeled where their entry peels, else any; whole packs on boundaries whole where y's rows start on
-    boundaries too (out_aligned), else any."""
-    pack = 16 // x.element_size()
-    if x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack:
-        return "peeled" if torch.ops.lab_tune.register_cached_ragged(x.shape[1], x.dtype)[1] else "any"
-    return "whole" if out_aligned else "any"
+    return names[0].split(">")[0]
 
 
 def _ragged_kernel(rows: int, n: int, dtype: torch.dtype) -> str:
     """The kernel that should take ragged rows x n: that of aligned rows of the length of the table entry that takes
-    them (torch.ops.lab_tune.register_cached_ragged), peeled where that entry peels, else of any rows."""
+    them (torch.ops.lab_tune.register_cached_ragged), PEELED where that entry peels."""
     entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
     entry_kernel = _register_cached_kernel(inputs.make_input(Shape(rows, entry), dtype, "cuda"))
-    return f"{entry_kernel.rsplit(',', 1)[0]}, {'peeled' if peeled else 'any'}"
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
-@pytest.mark.parametrize("n", [32, 64, 128, 200, 256, 512, 1024, 2048, 4096, 16384])
-def test_register_cached_whole_rows(n, dtype):
-    """Rows of whole packs on 16-byte boundaries take the kernel of whole rows (no element-by-element path) where y's
-    rows start on boundaries too, and the kernel of any rows where they do not (an output one element into its
-    buffer); both checked against float64, with few rows (the few-rows shapes) and more (the table's own). The tuning
-    op's whole=False runs the same launch on the kernel of any rows: bit for bit the same output."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
-    n = (n + pack - 1) // pack * pack
-    for rows in (16, 3000):
-        x = inputs.make_input(Shape(rows, n), dtype, "cuda")
-        x[1, -1], x[2, 0], x[3, n // 2] = math.inf, math.nan, -math.inf
-        label = f"{rows}x{n} {dtype_name(dtype)}"
-        whole = _register_cached_kernel(x)
-        assert whole.endswith("whole"), f"{label}: launched {whole}"
-        res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x))
-        assert res.ok, f"{label}: {res.summary()}"
-        any_rows, whole_rows = (torch.ops.lab_tune.register_cached(x, False, w) for w in (False, True))
-        same = torch.equal(any_rows.isnan(), whole_rows.isnan()) and torch.equal(any_rows.nan_to_num(),
-                                                                                   whole_rows.nan_to_num())
-        assert same, f"{label}: the kernels of any rows and of whole rows differ"
-        out = torch.full((rows * n + 1,), math.nan, dtype=dtype, device="cuda")[1:].view(rows, n)
-        assert _register_cached_kernel(x, out) == whole.rsplit(",", 1)[0] + ", any", f"{label}: y off a boundary"
-        res = check.compare(out, SOFTMAX.reference(x), dtype)
-        assert res.ok, f"{label} into an output one element in: {res.summary()}"
+    return f"{entry_kernel.rsplit(',', 1)[0]}, {'true' if peeled else 'false'}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)

@@ -98,10 +98,6 @@ namespace {
 // 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984), 2097152x32 gained 0.4% (0.753 -> 0.750) and
 // 32768x2048 and 16384x4096 stayed level: once the SMs are full, the shared memory's traffic and footprint
 // mostly cost more than the MUFU work saved. So few rows only.
-// How the rows of a call lie in memory, which picks the kernel's handling of packs (the kernel's LAYOUT, below).
-// Its value is the kernel's last template argument, which a launched kernel's name shows (tests/test_gpu.py reads it).
-enum class RowLayout { kAny = 0, kWhole = 1, kPeeled = 2 };
-
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
@@ -316,15 +312,7 @@ constexpr int kMinBlocks =
 // SHARED_EXPS (packed, one block per row group): the exp-sum stores each exponential, as float32, in shared
 // memory (over the staged packs, which are in registers by then), and the write multiplies them by 1 / d:
 // one exponential per element instead of two, for 8 bytes of shared-memory traffic per element.
-// LAYOUT, how the launcher found the rows of x and y (rows_layout), one of:
-// - kWhole: every row of x and y starts on a 16-byte boundary and N is a multiple of K, so each pack of a
-//   thread is whole or past the row: one predicated 16-byte load and store per pack, no element-by-element path
-//   (its branches, their convergence barriers and the per-row alignment tests). ncu on the H200 counted the
-//   kAny kernel of float32 4096x1024 (32 x 32, staged) at 14.7 warp instructions per element, a third of them
-//   per-pack predicates, branches and addresses (results/h200/experiments/profile_sass_bd2df3d/).
-// - kAny: packs that are not whole, or of a row off a boundary, read and written element by element (rows
-//   of an entry that does not peel, a y off a boundary, a launch on the grid the entry does not take).
-// - kPeeled (ragged rows: x's row starts off a 16-byte boundary, or N is not a multiple of K; odd N, a view one
+// PEELED (ragged rows: x's row starts off a 16-byte boundary, or N is not a multiple of K; odd N, a view one
 // element in): each row's body, its whole packs from its first boundary on, is split into packs as an aligned
 // row is, read and written as 16-byte packs (y's body too where y's row is as far past a boundary as x's: a
 // contiguous output). The row's edge, the h < K elements of the head before the body and the t < K of the
@@ -338,14 +326,12 @@ constexpr int kMinBlocks =
 // and in the same entry 4096x8191 1.09, 4096x16383 1.16, 1048576x63 1.28; float32 4096x2049 1.08, 4096x4097 1.16,
 // 4096x8193 1.30; aligned rows and the rest level (257, 577, 8191 and 16383 in float32 within 1%).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, RowLayout LAYOUT = RowLayout::kAny>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
-  constexpr bool PEELED = LAYOUT == RowLayout::kPeeled;
-  constexpr bool WHOLE = LAYOUT == RowLayout::kWhole;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
   static_assert(!PACKED || kPacked<T>, "only 16-bit types are held packed");
   using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
@@ -393,7 +379,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // The elements of the body: PEELED, a multiple of K; else the whole row, whose last pack may be partial.
   const auto body_after = [&](int head) { return PEELED ? (cols - head) / K * K : cols; };
   const auto wide_pack = [&](int64_t row, int k) {
-    return row < rows && (PEELED || WHOLE || is_aligned(x + row * x_stride)) &&
+    return row < rows && (PEELED || is_aligned(x + row * x_stride)) &&
            (lane + k * THREADS_PER_ROW + 1) * K <= body_after(head_of(row));
   };
   const auto pack_at = [&](int64_t row, int k) {
@@ -459,7 +445,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
           const Pack<T> pk = wide(row, k);
           const uint4 q = *reinterpret_cast<const uint4*>(&pk);
           v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
-        } else if constexpr (PEELED || WHOLE) {  // past the body (PEELED: the edge slots hold the rest)
+        } else if constexpr (PEELED) {  // past the body: the edge slots hold the rest
 #pragma unroll
           for (int i = 0; i < kPackWords; ++i) v[k][i] = kMinusInfWord<T>;
         } else {
@@ -476,7 +462,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         const Pack<T> pk = wide(row, k);
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = to_float(pk.v[j]);
-      } else if constexpr (PEELED || WHOLE) {
+      } else if constexpr (PEELED) {
 #pragma unroll
         for (int j = 0; j < K; ++j) v[k][j] = -CUDART_INF_F;
       } else {
@@ -530,7 +516,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
     const float c = m * kLog2e + log2_d;
     T* yr = y + row * y_stride;
     T* yb = yr + head;
-    const bool wide_out = WHOLE || is_aligned(yb);
+    const bool wide_out = is_aligned(yb);
 #pragma unroll
     for (int i = 0; i < kEdgeSlots; ++i) {
       const int e = lane + i * THREADS_PER_ROW;
@@ -562,7 +548,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
         }
         if (wide_out && e0 + K <= body) {
           reinterpret_cast<Pack<T>*>(yb)[e0 / K] = out;
-        } else if constexpr (!WHOLE) {  // WHOLE: the pack is past the row
+        } else {
 #pragma unroll
           for (int j = 0; j < K; ++j) {
             if (e0 + j < body) yb[e0 + j] = out.v[j];
@@ -697,11 +683,11 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, RowLayout LAYOUT = RowLayout::kAny>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
   const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED,
-                                                     REGISTERS, SHARED_EXPS, LAYOUT>;
+                                                     REGISTERS, SHARED_EXPS, PEELED>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -724,22 +710,15 @@ cudaError_t launch(const RowsArgs& a, int sms, bool persistent, cudaStream_t str
                     : launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, false, kPacked<T>, STAGED>(a, sms, stream);
 }
 
-// A table entry's launch on its own grid (TABLE_PERSISTENT): whole rows on a kWhole kernel, ragged rows on a kPeeled
-// one where the entry peels (PEEL). Those kernels are compiled for the table's grid only: rows forced onto the
-// other grid (a tuning call), and the rest, run that grid's kAny kernel.
+// A table entry's launch: ragged rows (`peeled`) on a PEELED kernel where the entry peels (PEEL).
+// PEELED kernels are compiled for the table's own grid (TABLE_PERSISTENT) only: such rows forced onto the other
+// grid (a tuning call) run that grid's kernel, element by element.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool STAGED, bool TABLE_PERSISTENT, bool PEEL>
-cudaError_t launch_entry(const RowsArgs& a, int sms, bool persistent, RowLayout layout, cudaStream_t stream) {
-  if (persistent == TABLE_PERSISTENT) {
-    constexpr bool kStaged = STAGED && !TABLE_PERSISTENT;
-    if (layout == RowLayout::kWhole) {
-      return launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, TABLE_PERSISTENT, kPacked<T>, kStaged, 0, false,
-                         RowLayout::kWhole>(a, sms, stream);
-    }
-    if constexpr (PEEL) {
-      if (layout == RowLayout::kPeeled) {
-        return launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, TABLE_PERSISTENT, kPacked<T>, kStaged, 0, false,
-                           RowLayout::kPeeled>(a, sms, stream);
-      }
+cudaError_t launch_entry(const RowsArgs& a, int sms, bool persistent, bool peeled, cudaStream_t stream) {
+  if constexpr (PEEL) {
+    if (peeled && persistent == TABLE_PERSISTENT) {
+      return launch_grid<T, THREADS_PER_ROW, ELEMS, BLOCK, TABLE_PERSISTENT, kPacked<T>, STAGED && !TABLE_PERSISTENT,
+                         0, false, true>(a, sms, stream);
     }
   }
   return launch<T, THREADS_PER_ROW, ELEMS, BLOCK, STAGED>(a, sms, persistent, stream);
@@ -768,15 +747,6 @@ bool rows_ragged(const RowsArgs& a) {
   const int bytes = elem_bytes(a.dtype);
   return reinterpret_cast<uintptr_t>(a.x) % kVecBytes != 0 || (a.x_row_stride * bytes) % kVecBytes != 0 ||
          (a.cols * bytes) % kVecBytes != 0;
-}
-
-// The kernel layout of a call's rows: kWhole where x's rows are not ragged and y's start on 16-byte boundaries too;
-// kPeeled where x's are ragged (the entry decides whether it peels them); else kAny.
-RowLayout rows_layout(const RowsArgs& a) {
-  if (rows_ragged(a)) return RowLayout::kPeeled;
-  const int bytes = elem_bytes(a.dtype);
-  const bool y_whole = reinterpret_cast<uintptr_t>(a.y) % kVecBytes == 0 && (a.y_row_stride * bytes) % kVecBytes == 0;
-  return y_whole ? RowLayout::kWhole : RowLayout::kAny;
 }
 
 // The table entry that takes ragged rows of `cols` elements (1 <= cols <= kMaxCols) on the grid `persistent` asks
@@ -836,13 +806,8 @@ cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStre
     using T = typename decltype(tag)::type;
     return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed, auto staged) {
       if (a.cols > int64_t{decltype(tpr)::value} * decltype(ept)::value) return cudaErrorInvalidValue;
-      constexpr int kThreads = decltype(tpr)::value, kElems = decltype(ept)::value, kBlock = decltype(block)::value;
-      if (rows_layout(a) == RowLayout::kWhole) {  // as the table's own launches take whole rows
-        return launch_grid<T, kThreads, kElems, kBlock, false, decltype(packed)::value, decltype(staged)::value, 0,
-                           false, RowLayout::kWhole>(a, sms, stream);
-      }
-      return launch_grid<T, kThreads, kElems, kBlock, false, decltype(packed)::value, decltype(staged)::value>(
-          a, sms, stream);
+      return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false,
+                         decltype(packed)::value, decltype(staged)::value>(a, sms, stream);
     });
   });
 }
@@ -851,13 +816,11 @@ cudaError_t softmax_register_cached(const RowsArgs& a, cudaStream_t stream) {
   return softmax_register_cached_with(a, -1, stream);
 }
 
-cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cudaStream_t stream, bool whole) {
+cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cudaStream_t stream) {
   if (a.cols > kMaxCols) return cudaErrorInvalidValue;  // see Limits in the header
   int sms = 0;
   LAB_CUDA_TRY(device_sm_count(&sms));
-  const RowLayout found = rows_layout(a);
-  const RowLayout layout = found == RowLayout::kWhole && !whole ? RowLayout::kAny : found;
-  const bool peeled = layout == RowLayout::kPeeled;  // on a kPeeled kernel where the entry peels
+  const bool peeled = rows_ragged(a);  // on a PEELED kernel where the entry peels
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t entry_cols = peeled ? ragged_entry(kRowShapes<T>, kPack<T>, a.cols, persistent).max_cols : a.cols;
@@ -870,30 +833,25 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
         constexpr int kFewBlock = kBlockThreads<f.threads_per_row>;
         constexpr int kRowsPerBlock = kFewBlock / f.threads_per_row;
         // Launches the few-rows shape where its whole grid is resident at once (`launched`), else nothing.
-        const auto few = [&](auto layout_constant, bool* launched) {
-          constexpr RowLayout kLayout = decltype(layout_constant)::value;
+        const auto few = [&](auto peel, bool* launched) {
+          constexpr bool kPeeled = decltype(peel)::value;
           int per_sm = 0;
           LAB_CUDA_TRY(resident_blocks_per_sm(
               register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
-                                             f.staged, f.registers, f.shared_exps, kLayout>,
+                                             f.staged, f.registers, f.shared_exps, kPeeled>,
               kFewBlock, &per_sm));
           *launched = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms;
           if (!*launched) return cudaSuccess;
           return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
-                             f.registers, f.shared_exps, kLayout>(a, sms, stream);
+                             f.registers, f.shared_exps, kPeeled>(a, sms, stream);
         };
         if (persistent != 1) {
-          using Whole = std::integral_constant<RowLayout, RowLayout::kWhole>;
-          using Peeled = std::integral_constant<RowLayout, RowLayout::kPeeled>;
-          using Any = std::integral_constant<RowLayout, RowLayout::kAny>;
           bool launched = false;
           cudaError_t e;
-          if (layout == RowLayout::kWhole) {
-            e = few(Whole{}, &launched);
-          } else if constexpr (s.peel) {
-            e = peeled ? few(Peeled{}, &launched) : few(Any{}, &launched);
+          if constexpr (s.peel) {
+            e = peeled ? few(std::true_type{}, &launched) : few(std::false_type{}, &launched);
           } else {
-            e = few(Any{}, &launched);
+            e = few(std::false_type{}, &launched);
           }
           if (e != cudaSuccess || launched) return e;
         }
@@ -905,11 +863,11 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
         constexpr int kRowsPerBlock = kWarpGroupBlock / kThreadsPerRow;
         if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock < int64_t{kMinBlocksPerSm} * sms) {
           return launch_entry<T, kThreadsPerRow, kElems, kSmallWarpGroupBlock, s.staged, s.persistent, s.peel>(
-              a, sms, persistent_grid, layout, stream);
+              a, sms, persistent_grid, peeled, stream);
         }
       }
       return launch_entry<T, kThreadsPerRow, kElems, kBlockThreads<kThreadsPerRow>, s.staged, s.persistent, s.peel>(
-          a, sms, persistent_grid, layout, stream);
+          a, sms, persistent_grid, peeled, stream);
     });
   });
 }

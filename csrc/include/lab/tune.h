@@ -76,10 +76,7 @@ cudaError_t softmax_cluster_with(const RowsArgs& args, int shape, int cluster, b
 // register_cached with a persistent grid (persistent = 1: the resident blocks loop over rows,
 // loading the next rows ahead), one block per row group (0), or the table's choice (-1). With 0 and
 // -1, an entry's few-rows shape takes the rows where its grid is resident all at once.
-// whole false: rows of whole packs on 16-byte boundaries (x's and y's) take the kernel of any rows (kAny: a test
-// and branch per pack, element by element where a pack is not whole) instead of the one of whole rows (kWhole), to
-// time what that kernel saves.
-cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream, bool whole = true);
+cudaError_t softmax_register_cached_with(const RowsArgs& args, int persistent, cudaStream_t stream);
 
 // How register_cached takes ragged rows of `cols` elements (rows that start off a 16-byte boundary, or whose N is
 // not a multiple of a pack) on its table's grids: true where on a PEELED kernel (the whole packs from the first
