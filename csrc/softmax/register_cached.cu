@@ -32,6 +32,10 @@
 // to 2048 in 16 bits and N = 512 in float32 were then re-chosen by A/B calls (the tables' comments
 // below). N = 16384: 91%, one row per block of 512 or 1024 threads, at most two rows per SM in
 // flight; cluster splits such rows and is faster there.
+// On the tutorial's small tensors (1-16 MB) the warps wait on their loads (ncu's stall samples: 14-36% on the first
+// instruction after them, 65% at bfloat16 524288x128), not on issue: a kernel of whole rows that dropped the per-pack
+// tests and element-by-element paths ran 4-10% fewer instructions and no faster in interleaved rounds, and was
+// reverted (results/h200/experiments/whole_rows_f1f2073/).
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
