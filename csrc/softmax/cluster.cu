@@ -190,6 +190,18 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // with every stagger (e.g. bfloat16 4096x8192 96.3 -> 88.7 at 8 x 2000 ns), and keep none. float16,
 // which takes kPlan16's entries, gains as much with them (stagger_float16.txt: 256x262144 90.7 -> 95.0,
 // each entry's stagger the best or within 0.1 point of it at every point from N = 65536 up).
+// Then bfloat16 rows of 28672 to 32768 elements went from 512 x 64 packed on 1 CTA to 128 x 64 packed on 4, the first
+// wave in 4 groups 500 ns apart. tune_cta128_d7fa86a.txt had that 0.4 points of a copy ahead at 4096x32768 (97.3
+// against 96.9). Then, in the same interleaved rounds (results/h200/experiments/cluster_32768_entry/):
+// - 4096x32768, beside QuACK: 134.27 us (rounds 134.14-134.48) against 135.04 (134.88-135.15); QuACK 132.77.
+// - Over the entry, new / old in % of a copy: N = 32768 with 4096 rows 95.9 / 95.2, 1024 rows 95.9 / 93.7, 256 rows
+//   90.8 / 90.0, 64 rows 76.1 / 72.6, 8 rows 69.8 / 60.9; with 4096 rows N = 32512 97.0 / 96.5, 31744 96.6 / 95.9,
+//   30720 96.9 / 96.2, 28672 97.1 / 95.8; with 1024 rows N = 28672 to 32000 +0.6 to +3.1 points; with 256 rows
+//   N = 30720 +1.3, but 32000 -1.5.
+// - Shorter rows lost (4096 rows): N = 26688 95.9 / 97.5, 26624 96.5 / 96.7, 24576 94.4 / 97.7, 18432 79.9 / 86.0.
+//   Rows of up to 28671 elements keep 512 x 64 on 1 (27648: level, 113.46 us each). Checked with the entry split
+//   there: 4096x28672 96.9 / 95.6, 4096x32768 96.7 / 96.1, but 256x32768 90.4 / 91.6, where the first call had 90.8 /
+//   90.0 (256 rows flip between calls).
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -213,7 +225,8 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {4096, 0, 1, true},
     {8192, 18, 1, false},
     {16384, 18, 2, false},
-    {32768, 26, 1, false},
+    {28671, 26, 1, false},
+    {32768, 18, 4, false, 0, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
     {131072, 26, 4, false, 0, {6, 1000}},
     {262144, 31, 16, false, 0, {6, 1000}},
