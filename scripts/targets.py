@@ -4,7 +4,8 @@ Reads a results.json written by `python -m lab.test` (softmax) and prints, for e
 fixed and tutorial sweeps and each dtype: auto's GB/s and percent of the same run's copy, the fastest
 other variant of the run (the lab's own, the peers, torch.softmax, torch.compile) and auto's ratio to
 it; then the counts against the targets (auto >= 95% of the copy at every fixed-sweep point; auto >=
-every other variant at every point) and auto's five weakest points. Nothing is measured here. Where
+every other variant at every point), auto's five weakest points and the points it loses to the peers
+and PyTorch. Nothing is measured here. Where
 the run's dispatch_table.json lies beside it, a comparison with the very kernel of auto's route (the
 variant it routes to, or cuda.auto running the same CUDA kernel) is marked: a ratio there is the
 timing's spread, not a kernel's.
@@ -121,6 +122,12 @@ def tally(rows: list[dict], key: str) -> tuple[int, int, int]:
     return ahead, within, len(compared)
 
 
+def lost_outside(rows: list[dict]) -> list[dict]:
+    """The points auto loses to the peers and PyTorch (a re-measure deciding a near tie), widest gap first."""
+    lost = [r for r in rows if "ratio_outside" in r and not counted(r, "ratio_outside")]
+    return sorted(lost, key=lambda r: r.get("ratio_outside_remeasured", r["ratio_outside"]))
+
+
 def report(rows: list[dict], command: str, remeasured: list[str] | None = None, table: dict | None = None) -> str:
     lines = ["| sweep | dtype | M x N | auto GB/s | % of copy | fastest other | its GB/s | auto / it |",
              "|---|---|---|---:|---:|---|---:|---:|"]
@@ -150,6 +157,12 @@ def report(rows: list[dict], command: str, remeasured: list[str] | None = None, 
     lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['auto_gbps']:.0f} GB/s, {r['pct_copy']:.1f}% of "
               f"the copy, {r['ratio']:.3f}x {r['best_other']}{_times(r)}"
               f"{TWIN if route_twin(r, r['best_other'], table) else ''}{_bound(r)}" for r in weakest]
+    if lost := lost_outside(rows):
+        lines.append(f"- the {len(lost)} points where auto trails the peers or PyTorch (auto / the fastest of them "
+                     "in the run, then the median of the re-measures where the rule re-measured):")
+        lines += [f"  - {r['sweep']} {r['dtype']} {r['m']}x{r['n']}: {r['ratio_outside']:.3f}x {r['best_outside']}"
+                  + (f", re-measured {r['ratio_outside_remeasured']:.3f}" if "ratio_outside_remeasured" in r else "")
+                  for r in lost]
     lines += ["", f"Results of: `{command}`"]
     return "\n".join(lines) + "\n"
 

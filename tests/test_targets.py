@@ -131,3 +131,24 @@ def test_a_host_bound_timing_is_named_in_the_weakest_points_and_the_summary():
     weakest = [line for line in text.splitlines() if line.startswith("  - tutorial")]
     assert weakest[0].endswith("host-bound: cuda.auto") and "host-bound" not in weakest[1]
     assert "timings that hold host time" in text and "tutorial bfloat16 4096x512 cuda.auto" in text
+
+
+def test_the_points_lost_to_the_peers_and_pytorch_are_listed_widest_first_after_the_re_measures():
+    run = [record("fixed", "lab.auto", 1024, 3960, 95.0), record("fixed", "peer.quack", 1024, 4000, 96.0),
+           record("fixed", "lab.auto", 4096, 3000, 80.0), record("fixed", "torch.compile", 4096, 3100, 83.0),
+           record("fixed", "lab.auto", 8192, 3990, 95.0), record("fixed", "peer.liger", 8192, 4000, 96.0),
+           record("fixed", "lab.auto", 16384, 4000, 97.0), record("fixed", "triton.fused", 16384, 4100, 99.0),
+           record("fixed", "peer.quack", 16384, 3900, 95.0)]  # lost to the lab's own Triton kernel, not a peer
+    rows = targets.points(run)
+    # 8192's near tie is re-measured ahead; 1024's stays behind
+    again = [[record("custom", "lab.auto", n, a, 95.0), record("custom", peer, n, q, 95.0)]
+             for n, peer, a, q in ((1024, "peer.quack", 3950, 4000), (8192, "peer.liger", 4010, 4000))]
+    lines = targets.remeasure(rows, again)
+    assert [(r["n"], r["best_outside"]) for r in targets.lost_outside(rows)] == [(4096, "torch.compile"),
+                                                                              (1024, "peer.quack")]
+    text = targets.report(rows, "cmd", lines)
+    assert "- the 2 points where auto trails the peers or PyTorch" in text
+    assert "  - fixed bfloat16 4096x4096: 0.968x torch.compile\n" in text
+    assert "  - fixed bfloat16 4096x1024: 0.990x peer.quack, re-measured 0.988\n" in text
+    listed = text.split("trails the peers or PyTorch")[1]
+    assert "4096x8192" not in listed and "4096x16384" not in listed
