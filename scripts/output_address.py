@@ -82,7 +82,7 @@ def default_run() -> None:
 
 def variants_run(args: argparse.Namespace) -> int:
     """--variants: each variant into its outputs at each shape (the module's docstring says what is printed).
-    Exit status 1 if a variant failed its check or an output differed from the checked result."""
+    Exit status 1 if a variant failed its check or an output differed from its output allocated apart."""
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     by_name, kernels, unavailable = variants_here(names, args.variants, "output_address")
     for n, reason in unavailable.items():
