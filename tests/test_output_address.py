@@ -41,17 +41,20 @@ def test_negative_counts_are_refused():
         output_address.outputs_at(torch.zeros(2, 8), 1, [-4])
 
 
+# argparse's usage error exits with 2; the refusal without a GPU (below) exits with its message, so each of these
+# is told apart from it on a machine without one.
 @pytest.mark.parametrize("bad", [["--rounds", "0"], ["--separate", "-1"], ["--offsets-kb", "4,-8"]])
 def test_bad_arguments_are_refused(bad):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as refused:
         output_address.main(["--variants", SOFTMAX[0], "--shape", "4x8", *bad])
+    assert refused.value.code == 2
 
 
 def test_variants_need_a_shape_and_offsets_need_variants():
-    with pytest.raises(SystemExit):
-        output_address.main(["--variants", SOFTMAX[0]])
-    with pytest.raises(SystemExit):
-        output_address.main(["--offsets-kb", "4"])
+    for argv in (["--variants", SOFTMAX[0]], ["--offsets-kb", "4"]):
+        with pytest.raises(SystemExit) as refused:
+            output_address.main(argv)
+        assert refused.value.code == 2
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
