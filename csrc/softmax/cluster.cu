@@ -564,8 +564,9 @@ __global__ void __launch_bounds__(THREADS, (kResidentMinBlocks<THREADS, kDataReg
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
         if (k < n) {
+          // One form for every pack (a branch to the whole-pack form cost two float32 kernels 8 bytes of spills).
           const int bytes = k == tk ? tail * static_cast<int>(sizeof(T)) : kVecBytes;
-          cp_async_16(&mine[(stage * PACKS + k) * THREADS], xr + int64_t{k} * THREADS * K, bytes);
+          cp_async_16_partial(&mine[(stage * PACKS + k) * THREADS], xr + int64_t{k} * THREADS * K, bytes);
         }
       }
     }

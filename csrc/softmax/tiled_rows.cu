@@ -141,7 +141,7 @@ __device__ __forceinline__ int load_tile(T* smem, const T* __restrict__ x, int64
   const int phase = static_cast<int>((reinterpret_cast<uintptr_t>(src) - s.a0) / sizeof(T));
   char* base = reinterpret_cast<char*>(smem) + (s.first - s.a0);
   for (int p = threadIdx.x; p < s.packs; p += kThreads) {
-    cp_async_16(base + p * kVecBytes, reinterpret_cast<const char*>(s.first) + p * kVecBytes, kVecBytes);
+    cp_async_16_ca(base + p * kVecBytes, reinterpret_cast<const char*>(s.first) + p * kVecBytes);
   }
   cp_async_commit();
   const int edge = s.head + (n - s.tail);

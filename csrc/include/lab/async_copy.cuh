@@ -7,16 +7,20 @@
 
 namespace lab {
 
-// Copies src_bytes (<= 16) and zero-fills the rest of the 16 bytes: a row's tail pack never reads
-// past the row. .cg: cached in L2 only, for data used once.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
-}
 // A whole 16-byte pack, .ca (cached in L1 and L2: cp.async's default, as QuACK's softmax copies).
+// Not .cg: on an H100 ncu counted twice the ideal L2 sectors for the .cg form a warp issues over 512
+// contiguous bytes (LDGSTS.E.BYPASS.128.ZFILL: "L2 Theoretical Sectors Global Excessive" equal to the
+// ideal, a 50% L2 hit rate for loads that read every byte once), where the .ca form's were ideal
+// (results/h100-80gb-hbm3/experiments/long_rows_quack_a348f52/).
 __device__ __forceinline__ void cp_async_16_ca(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+// Copies src_bytes (<= 16) and zero-fills the rest of the 16 bytes: a row's partial last pack never
+// reads past the row. .ca, as above.
+__device__ __forceinline__ void cp_async_16_partial(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most PENDING of this thread's committed groups are still in flight.
