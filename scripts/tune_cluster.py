@@ -15,7 +15,7 @@ stagger), the streaming path, and cuda.register_cached and torch.softmax for sca
 measurement as JSON.
 
     python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
-        [--shape 4096x50257 ...] [--json tune.json]
+        [--shape 4096x50257 ...] [--grid both|persistent|one-per-row] [--json tune.json]
 
 --shape (repeatable) times the shapes given instead of the sweeps'. Where N or the row stride is not a
 multiple of a 16-byte pack, rows start off 16-byte boundaries: the launcher splits each as a shifted row of up
@@ -82,9 +82,13 @@ def label(c: dict) -> str:
     return ClusterShape(c["threads"], c["elems"], c["stages"], c.get("packed", False)).label()
 
 
+GRIDS = {"both": (True, False), "persistent": (True,), "one-per-row": (False,)}
+
+
 def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list[ClusterShape],
-                  kinds: str = "all") -> dict:
-    """Every candidate configuration at one point, checked then timed, with references for scale."""
+                  kinds: str = "all", grid: str = "both") -> dict:
+    """Every candidate configuration at one point, checked then timed, with references for scale. `grid`
+    (a key of GRIDS): the launches timed, persistent grids, one cluster per row or both."""
     tuned = torch.ops.lab_tune.cluster
     x = inputs.make_input(shape, dtype, "cuda")
     ref = SOFTMAX.reference(x)
@@ -99,7 +103,7 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     if row["plan"][0] >= 0 and tuple(row["plan"][:2]) not in pairs:
         pairs.append(tuple(row["plan"][:2]))  # the plan's own choice, for comparison, whatever --shapes says
     for i, c in pairs:
-        for persistent in (True, False):
+        for persistent in GRIDS[grid]:
             s = shapes[i]
             cfg = {"shape": i, "threads": s.threads, "elems": s.elems, "stages": s.stages, "packed": s.packed,
                    "cluster": c, "persistent": persistent}
@@ -127,7 +131,7 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     return row
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shapes", choices=("all", "packed", "float"), default="all",
@@ -136,8 +140,10 @@ def main() -> int:
     p.add_argument("--max-n", type=int, help="time the sweeps' rows of at most this many elements (default: all)")
     p.add_argument("--shape", type=inputs.Shape.parse, action="append",
                    help="MxN (repeatable): time these shapes (MxN/STRIDE: strided rows) instead of the sweeps' points")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="both",
+                   help="the launches to time: persistent grids, one cluster per row, or both (default)")
     p.add_argument("--json", help="write every measurement here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("tune_cluster: needs a CUDA GPU")
     load_extension()
@@ -147,7 +153,7 @@ def main() -> int:
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
         todo = [("custom", s) for s in args.shape] if args.shape else points(args.min_n, args.max_n)
         for sweep, shape in todo:
-            row = measure_point(sweep, shape, dtype, shapes, args.shapes)
+            row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid)
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
             best = max(ok, key=lambda c: c["gbps"], default=None)

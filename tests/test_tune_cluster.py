@@ -1,0 +1,43 @@
+"""scripts/tune_cluster.py: every launch shape of cuda.cluster timed (GPU only; here its arguments, its refusal
+without a GPU, and one small point on a GPU with sm_90)."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from lab import resources
+
+spec = importlib.util.spec_from_file_location("tune_cluster", resources.ROOT / "scripts" / "tune_cluster.py")
+tune_cluster = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tune_cluster)
+
+
+@pytest.mark.parametrize("bad", [["--grid", "rows"], ["--shapes", "staged"], ["--dtype", "int8"]])
+def test_bad_arguments_are_refused(bad):
+    with pytest.raises(SystemExit) as e:
+        tune_cluster.main(bad)
+    assert e.value.code == 2  # argparse's usage error, not the no-GPU exit
+
+
+def test_each_grid_names_the_launches_it_times():
+    assert tune_cluster.GRIDS == {"both": (True, False), "persistent": (True,), "one-per-row": (False,)}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_refuses_without_a_gpu():
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        tune_cluster.main(["--grid", "one-per-row", "--shape", "8x16384"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="needs a GPU with thread-block clusters (sm_90)")
+@pytest.mark.parametrize("grid", ["one-per-row", "persistent"])
+def test_one_small_point_times_only_the_grid_asked_for(tmp_path, grid):
+    out = tmp_path / "tune.json"
+    assert tune_cluster.main(["--dtype", "bfloat16", "--shape", "16x16384", "--grid", grid, "--json", str(out)]) == 0
+    [row] = json.loads(out.read_text())
+    timed = [c for c in row["configs"] if "pct_copy" in c]
+    assert timed, row["configs"]
+    assert {c["persistent"] for c in row["configs"]} == {grid == "persistent"}
