@@ -148,12 +148,22 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("tune_cluster: needs a CUDA GPU")
     load_extension()
     shapes = cluster_shapes()
-    records = []
+    records, skipped = [], []
     start = time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
         todo = [("custom", s) for s in args.shape] if args.shape else points(args.min_n, args.max_n)
         for sweep, shape in todo:
-            row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid)
+            row, oom = None, ""
+            try:
+                row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid)
+            except torch.OutOfMemoryError as e:  # e.g. the float64 check of 4096x262144 on an 80 GB GPU
+                oom = str(e).splitlines()[0]
+            if row is None:  # the point's tensors are released with the exception: the next point has the memory
+                torch.cuda.empty_cache()
+                skipped.append(f"{sweep} {dtype_name(dtype)} {shape.label}")
+                print(f"{sweep:<8} {dtype_name(dtype):<8} {shape.label:<12} NOT TIMED: out of GPU memory ({oom})",
+                      flush=True)
+                continue
             records.append(row)
             ok = [c for c in row["configs"] if "gbps" in c]
             best = max(ok, key=lambda c: c["gbps"], default=None)
@@ -170,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:  # after every point: a run cut short keeps what it measured
                 with open(args.json, "w") as f:
                     json.dump(records, f, indent=1)
-    print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
+    print(f"{len(records)} points in {time.perf_counter() - start:.0f} s"
+          + (f"; {len(skipped)} not timed (out of GPU memory): {', '.join(skipped)}" if skipped else ""))
     wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
-    return 1 if wrong else 0
+    return 1 if wrong or skipped else 0
 
 
 def describe_error(c: dict) -> str:
