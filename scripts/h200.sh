@@ -29,7 +29,8 @@
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are
 #                                 passed to scripts/tune_cluster.py (e.g. "--dtype bfloat16 --shapes
-#                                 packed": only the packed 16-bit shapes, beside the plan's choice)
+#                                 packed": only the packed 16-bit shapes, beside the plan's choice; "--min-n 8192
+#                                 --grid one-per-row": the launches the plans use from N = 8192 up, in half the time)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
 # the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
