@@ -1,5 +1,5 @@
 """scripts/tune_cluster.py: every launch shape of cuda.cluster timed (GPU only; here its arguments, its refusal
-without a GPU, and one small point on a GPU with sm_90)."""
+without a GPU, a point out of GPU memory faked on the CPU, and one small point per grid on a GPU with sm_90)."""
 
 import importlib.util
 import json
