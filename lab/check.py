@@ -24,6 +24,7 @@ import torch
 from lab.registry import Kernel, dtype_name
 
 UNIT_ROUNDOFF_FP32 = 2.0**-24  # the kernels accumulate in float32 whatever their input dtype
+CHUNK_ELEMENTS = 1 << 24  # compare() works through the output in row blocks of at most this many elements
 
 
 @dataclass(frozen=True)
@@ -73,42 +74,58 @@ def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: 
         return CheckResult(True, 0.0, 0.0)
     tol = tolerances[dtype]
     rtol, norm_tol = tol.for_row_length(ref.shape[-1])
-    y64 = y.double()
-    # NaN and infinities must appear exactly where the reference has them (the same infinity); the
-    # tolerances apply to the finite elements.
-    ref_special = ~ref.isfinite()
-    y_special = ~y64.isfinite()
-    special_mismatch = (ref_special | y_special) & ~((y64 == ref) | (y64.isnan() & ref.isnan()))
-    ref0 = ref.masked_fill(ref_special, 0.0)
-    scale0 = ref0.abs() if scale is None else scale.masked_fill(~scale.isfinite() | ref_special, 0.0)
+    n = ref.shape[-1]
+    y, ref = y.reshape(-1, n), ref.reshape(-1, n)
+    scale = None if scale is None else scale.reshape(-1, n)
     smallest = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
-    atol = (ref0.abs().amax(dim=-1, keepdim=True) * tol.atol_rel).clamp_min(smallest)
-    err = (y64.masked_fill(y_special, 0.0) - ref0).abs().masked_fill(ref_special, 0.0)
-    ratio = err / (rtol * scale0 + atol)
-    ratio = ratio.masked_fill(special_mismatch, math.inf)
-    worst = ratio.max().item()
-    finite = ~ref_special
-    diff_norm = torch.linalg.vector_norm(torch.where(finite & ~y_special, y64 - ref0, 0.0)).item()
-    ref_norm = torch.linalg.vector_norm(scale0).item()
+    # Row blocks of at most CHUNK_ELEMENTS: the float64 temporaries of a block, not of the whole output,
+    # are what the check holds beside the reference (a float32 4096x262144 output is 8 GiB in float64).
+    rows_per_block = max(1, CHUNK_ELEMENTS // n)
+    blocks = [slice(r, min(r + rows_per_block, ref.shape[0])) for r in range(0, ref.shape[0], rows_per_block)]
+    worst, worst_at, mismatches, diff_sq, ref_sq = -math.inf, (0, 0, math.nan, math.nan), 0, 0.0, 0.0
+    for rows in blocks:
+        y64, ref_b = y[rows].double(), ref[rows]
+        # NaN and infinities must appear exactly where the reference has them (the same infinity); the
+        # tolerances apply to the finite elements.
+        ref_special = ~ref_b.isfinite()
+        y_special = ~y64.isfinite()
+        special_mismatch = (ref_special | y_special) & ~((y64 == ref_b) | (y64.isnan() & ref_b.isnan()))
+        ref0 = ref_b.masked_fill(ref_special, 0.0)
+        scale0 = ref0.abs() if scale is None else scale[rows].masked_fill(~scale[rows].isfinite() | ref_special, 0.0)
+        atol = (ref0.abs().amax(dim=-1, keepdim=True) * tol.atol_rel).clamp_min(smallest)
+        err = (y64.masked_fill(y_special, 0.0) - ref0).abs().masked_fill(ref_special, 0.0)
+        ratio = (err / (rtol * scale0 + atol)).masked_fill(special_mismatch, math.inf)
+        flat = int(ratio.reshape(-1).argmax().item())
+        block_worst = ratio.reshape(-1)[flat].item()
+        # The first worst element in row-major order, as one argmax over the output; a NaN ratio fails.
+        if block_worst > worst or (math.isnan(block_worst) and not math.isnan(worst)):
+            worst = block_worst
+            r, c = divmod(flat, n)
+            worst_at = (rows.start + r, c, y64[r, c].item(), atol[r, 0].item())
+        mismatches += int(special_mismatch.sum().item())
+        diff_sq += torch.linalg.vector_norm(torch.where(~ref_special & ~y_special, y64 - ref0, 0.0)).item() ** 2
+        ref_sq += torch.linalg.vector_norm(scale0).item() ** 2
+    diff_norm, ref_norm = math.sqrt(diff_sq), math.sqrt(ref_sq)
     rel_norm = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     if rel_norm > norm_tol and ref_norm > 0:  # only then can the allowance change the verdict
         # Where the dtype cannot hold the answer (overflow) the element check decides, not this.
-        rounded = ref0.to(dtype).double()
-        rounding = torch.linalg.vector_norm(torch.where(rounded.isfinite(), rounded - ref0, 0.0)).item() / ref_norm
-        norm_tol += 2 * rounding
+        rounding_sq = 0.0
+        for rows in blocks:
+            ref0 = ref[rows].masked_fill(~ref[rows].isfinite(), 0.0)
+            rounded = ref0.to(dtype).double()
+            rounding_sq += torch.linalg.vector_norm(torch.where(rounded.isfinite(), rounded - ref0, 0.0)).item() ** 2
+        norm_tol += 2 * math.sqrt(rounding_sq) / ref_norm
     ok = worst <= 1.0 and rel_norm <= norm_tol
     if ok:
         return CheckResult(True, worst, rel_norm)
-    flat = int(ratio.reshape(-1).argmax().item())
-    row, col = divmod(flat, ref.shape[1])
+    row, col, got, atol_row = worst_at
     what = f"row {row}" + (f" ({row_labels[row]})" if row_labels else "")
-    nan_count = int(special_mismatch.sum().item())
     detail = (
-        f": worst at {what}, col {col}: got {y64[row, col].item():.6g}, expected {ref[row, col].item():.6g}"
-        f" (rtol {rtol:.2g}, atol {atol[row, 0].item():.2g}, norm tol {norm_tol:.2g})"
+        f": worst at {what}, col {col}: got {got:.6g}, expected {ref[row, col].item():.6g}"
+        f" (rtol {rtol:.2g}, atol {atol_row:.2g}, norm tol {norm_tol:.2g})"
     )
-    if nan_count:
-        detail += (f"; {nan_count} element(s) NaN or infinite where the reference is not, or the reverse "
+    if mismatches:
+        detail += (f"; {mismatches} element(s) NaN or infinite where the reference is not, or the reverse "
                    "(unwritten?)")
     return CheckResult(False, worst, rel_norm, detail)
 

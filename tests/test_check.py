@@ -304,3 +304,39 @@ def test_an_answer_the_dtype_cannot_hold_does_not_widen_the_norm_allowance():
     y = torch.tensor([[1.0, 2.0, 65504.0, 3.5]], dtype=torch.float16)
     res = check.compare(y, ref, torch.float16, tolerances={torch.float16: check.Tolerance(1.0, 0.0, 1e-3)})
     assert not res.ok and math.isfinite(res.rel_norm)
+
+
+def _compare_cases():
+    """Outputs that pass, fail by one element in a late row, fail by NaN/inf placement, and pass only
+    through the norm's rounding allowance, with their references."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 37, generator=gen)
+    ref = SOFTMAX.reference(x)
+    good = ref.float()
+    late = good.clone()
+    late[7, 30] *= 1.01
+    late[8, 2] *= 1.001  # smaller, after the worst: the message must still name row 7
+    holes = good.clone()
+    holes[5, 3], holes[6, 0] = math.nan, math.inf
+    specials, labels = inputs.special_input(41, torch.float32, "cpu")
+    n = 232737  # float16 subnormal probabilities: passes only through the rounding allowance
+    tiny = torch.full((3, n), 1.0 / n, dtype=torch.float64)
+    return [(good, ref, torch.float32, None), (late, ref, torch.float32, None), (holes, ref, torch.float32, None),
+            (softmax(specials), SOFTMAX.reference(specials), torch.float32, labels),
+            (tiny.to(torch.float16), tiny, torch.float16, None)]
+
+
+@pytest.mark.parametrize("block", [1, 37, 40, 100])
+def test_compare_in_row_blocks_gives_the_verdict_of_one_block(monkeypatch, block):
+    """compare() works through the output in row blocks of CHUNK_ELEMENTS (so that a check of 2^30
+    elements fits an 80 GB GPU): the verdict, the worst ratio, the norm and the message are those of
+    the whole output at once, whichever block holds the worst element."""
+    whole = [check.compare(y, ref, dtype, labels) for y, ref, dtype, labels in _compare_cases()]
+    assert [r.ok for r in whole] == [True, False, False, True, True]
+    monkeypatch.setattr(check, "CHUNK_ELEMENTS", block)
+    for (y, ref, dtype, labels), one in zip(_compare_cases(), whole):
+        res = check.compare(y, ref, dtype, labels)
+        assert (res.ok, res.message) == (one.ok, one.message)
+        assert res.worst_ratio == one.worst_ratio
+        assert res.rel_norm == pytest.approx(one.rel_norm, rel=1e-12)
+    assert "row 7, col 30" in whole[1].message and "2 element(s) NaN or infinite" in whole[2].message
