@@ -334,7 +334,7 @@ def test_compare_in_row_blocks_gives_the_verdict_of_one_block(monkeypatch, block
     whole = [check.compare(y, ref, dtype, labels) for y, ref, dtype, labels in _compare_cases()]
     assert [r.ok for r in whole] == [True, False, False, True, True]
     monkeypatch.setattr(check, "CHUNK_ELEMENTS", block)
-    for (y, ref, dtype, labels), one in zip(_compare_cases(), whole):
+    for (y, ref, dtype, labels), one in zip(_compare_cases(), whole, strict=True):
         res = check.compare(y, ref, dtype, labels)
         assert (res.ok, res.message) == (one.ok, one.message)
         assert res.worst_ratio == one.worst_ratio
