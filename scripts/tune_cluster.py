@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             row, oom = None, ""
             try:
                 row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid)
-            except torch.OutOfMemoryError as e:  # e.g. the float64 check of 4096x262144 on an 80 GB GPU
+            # A GPU too small for the point: the whole-output float64 check of 4096x262144 did not fit 80 GB
+            # before check.compare went by row blocks.
+            except torch.OutOfMemoryError as e:
                 oom = str(e).splitlines()[0]
             if row is None:  # the point's tensors are released with the exception: the next point has the memory
                 torch.cuda.empty_cache()
