@@ -1,5 +1,6 @@
 """scripts/output_address.py: a kernel's time with its output at other addresses (GPU only; here the outputs'
-layout, which runs on CPU tensors, and the refusals)."""
+layout, which runs on CPU tensors, the refusals, and on a GPU one short run whose outputs are compared with
+each variant's output allocated apart)."""
 
 import importlib.util
 import sys
@@ -61,3 +62,20 @@ def test_variants_need_a_shape_and_offsets_need_variants():
 def test_refuses_without_a_gpu():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         output_address.main(["--variants", SOFTMAX[0], "--shape", "4x8"])
+
+
+@pytest.mark.gpu
+def test_a_short_run_times_every_output_and_finds_them_equal_to_the_output_apart(capsys):
+    """Two variants that take an `out` (from the registry) into three separate outputs and two views of a
+    pool: exit 0 (checked, every output bit for bit the output allocated apart), one line per variant."""
+    takers = [v.name for v in variants("softmax", backends=["cuda", "triton"])
+              if v.writes_out and v.unavailable_on("cuda") is None][:2]
+    assert takers, "no variant that takes an out tensor can run on this GPU"
+    rc = output_address.main(["--variants", ",".join(takers), "--shape", "64x1000", "--dtype", "float32",
+                              "--offsets-kb", "4", "--rounds", "1"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    for name in takers:
+        [line] = [ln for ln in text.splitlines() if ln.startswith(f"64x1000  {name} ")]
+        assert "out_A" in line and "pool+4KB" in line and "spread" in line, line
+    assert "differs" not in text and "FAILED" not in text
