@@ -28,6 +28,8 @@ PY
   echo "not an H200: stopping"; exit 3
 fi
 { [ -f .labso/cur.so.xz ] && xz -dc .labso/cur.so.xz > lab/_C.abi3.so; } || bash build.sh | tail -1
+# The first half of the peers' compiler library, where carried (.peersA): the next call brings the second.
+[ -f .peersA/irpart.aa ] && mkdir -p /tmp/peers && cp .peersA/irpart.aa /tmp/peers/
 for dt in ${DTYPES:-bfloat16 float32}; do
   echo "== $dt $(date -u +%T)"
   python scripts/tune_cluster.py --dtype $dt --min-n 8192 --grid one-per-row --json $OUT/tune_$dt.json 2>&1 |
