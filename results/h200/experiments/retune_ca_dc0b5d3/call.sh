@@ -29,7 +29,7 @@ PY
 fi
 { [ -f .labso/cur.so.xz ] && xz -dc .labso/cur.so.xz > lab/_C.abi3.so; } || bash build.sh | tail -1
 # The first half of the peers' compiler library, where carried (.peersA): the next call brings the second.
-[ -f .peersA/irpart.aa ] && mkdir -p /tmp/peers && cp .peersA/irpart.aa /tmp/peers/
+[ -f .peersA/irpart.aa ] && mkdir -p /tmp/peers && cp .peersA/irpart.aa /tmp/peers/  # lab_call.sh brings the rest
 for dt in ${DTYPES:-bfloat16 float32}; do
   echo "== $dt $(date -u +%T)"
   python scripts/tune_cluster.py --dtype $dt --min-n 8192 --grid one-per-row --json $OUT/tune_$dt.json 2>&1 |

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The near ties of lab_call.sh's run (build/last/h200/results.json, left on the warm machine), timed three times
+# with the peers that call installed in /tmp/site.
+set -uo pipefail
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: stopping"; exit 3; }
+[ -f build/last/h200/results.json ] && [ -d /tmp/site ] || { echo "no lab run or peers here (the machine went cold?)"; exit 1; }
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
+CARRIED_SO=.labso/cur.so.xz bash scripts/h200.sh remeasure build/last/h200/results.json
