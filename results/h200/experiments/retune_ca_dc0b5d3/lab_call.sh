@@ -7,6 +7,6 @@ nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not 
 cp .peersB/irpart.ab /tmp/peers/ && cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
 bash .peers2/install.sh || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
-CARRIED_SO=.labso/cur.so.xz bash scripts/h200.sh lab; rc=$?
+CARRIED_SO=${CARRIED_SO:-.labso/cur.so.xz} bash scripts/h200.sh lab; rc=$?
 rm -rf build/last && mkdir -p build/last && tar xzf "$OUT/h200.tgz" -C build/last
 exit $rc
