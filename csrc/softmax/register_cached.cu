@@ -645,6 +645,10 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 16, 128, true, true}, {32, 16, 64, true, true},                            // N <= 512
     {32, 32, 128, true, true}, {32, 32, 64, true, true}, {64, 16, 64, true, true},  // N <= 1024
     {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
+    // held as floats, staged: QuACK's way at these lengths (a warp a row, one exponential per element)
+    {32, 16, 128, false, true}, {64, 8, 64, false, true},                           // N <= 512
+    {32, 32, 128, false, true}, {64, 16, 64, false, true},                          // N <= 1024
+    {32, 64, 128, false, true}, {64, 32, 64, false, true},                          // N <= 2048
 };
 template <typename T>
 constexpr const auto& tune_shapes() {
