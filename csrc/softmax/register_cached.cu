@@ -601,7 +601,11 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // 2048 none beat the table.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
-// as float32's): slower than packed at every length timed.
+// as float32's): slower than packed at every length timed. Held as floats and staged too (32 x 64 in blocks
+// of 128 is QuACK's layout at 2048, a warp a row), six such shapes were slower than the packed ones at
+// bfloat16 4096x512 to 32768x2048 on an H100, QuACK beside them (results/h100-80gb-hbm3/experiments/
+// small_tensors/floats_staged.txt: 4096x2048 64 x 32 16.78 us, 32 x 64 17.01, the table 16.53, QuACK 16.13),
+// and were not kept.
 // staged: the whole packs copied to shared memory by cp.async first, as the table's `staged` shapes are
 // (within kMaxStagedBytes per block; the kernel's static_assert checks it).
 struct BlockShape {
@@ -645,10 +649,6 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 16, 128, true, true}, {32, 16, 64, true, true},                            // N <= 512
     {32, 32, 128, true, true}, {32, 32, 64, true, true}, {64, 16, 64, true, true},  // N <= 1024
     {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
-    // held as floats, staged: QuACK's way at these lengths (a warp a row, one exponential per element)
-    {32, 16, 128, false, true}, {64, 8, 64, false, true},                           // N <= 512
-    {32, 32, 128, false, true}, {64, 16, 64, false, true},                          // N <= 1024
-    {32, 64, 128, false, true}, {64, 32, 64, false, true},                          // N <= 2048
 };
 template <typename T>
 constexpr const auto& tune_shapes() {
