@@ -3,7 +3,9 @@
 # compiler library in /tmp/peers): carries .peersB (the second half), .peers2 (the wheels) and .labso (the build).
 # Leaves the run's results in build/last/h200 for remeasure_call.sh, the next call on the same warm machine.
 set -uo pipefail
-nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: stopping"; exit 3; }
+# ANY_GPU=1: on whatever card came (the results then go under results/<that gpu>/).
+[ "${ANY_GPU:-}" = 1 ] || nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 ||
+  { echo "not an H200: stopping"; exit 3; }
 cp .peersB/irpart.ab /tmp/peers/ && cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
 bash .peers2/install.sh || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
