@@ -33,7 +33,8 @@
 #                                 --grid one-per-row": the launches the plans use from N = 8192 up, in half the time)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # CARRIED_SO=<file.xz> skips build.sh (about 90 s on a fresh machine): lab/_C.abi3.so built here from the same
-# csrc, `xz -c lab/_C.abi3.so >.labso/cur.so.xz`, carried (the device tool's carry) and unpacked in its place.
+# csrc, `xz -c lab/_C.abi3.so >.labso/cur.so.xz`, carried (the device tool's carry) and unpacked in its place;
+# CARRIED_SO=here: the one an earlier call on the same warm machine unpacked (ignored files stay between calls).
 # Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
 # the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
 # tools' full output); $OUT/h200 is packed as h200.tgz (the device tool returns 8 files at most).
@@ -51,7 +52,9 @@ status=0
 build() {
   { echo "== $(date -u) mode=$MODE commit=${LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu --format=csv
-    if [ -n "${CARRIED_SO:-}" ]; then  # a lab/_C.abi3.so built elsewhere from the same csrc, xz-compressed
+    if [ "${CARRIED_SO:-}" = here ] && ls lab/_C*.so >/dev/null 2>&1; then  # unpacked by an earlier call
+      echo "build.sh skipped: lab/_C.abi3.so is here already (CARRIED_SO=here)"
+    elif [ -n "${CARRIED_SO:-}" ]; then  # a lab/_C.abi3.so built elsewhere from the same csrc, xz-compressed
       xz -dc "$CARRIED_SO" >lab/_C.abi3.so.tmp && mv lab/_C.abi3.so.tmp lab/_C.abi3.so && echo "build.sh skipped: lab/_C.abi3.so unpacked from $CARRIED_SO"
     else
       bash build.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full lab with the peers on the H200, the call after call.sh (which left the first half of the peers'
-# compiler library in /tmp/peers): carries .peersB (the second half), .peers2 (the wheels) and .labso (the build).
+# compiler library in /tmp/peers): carries .peersB (the second half) and .peers2 (the wheels); the build is the one call.sh unpacked.
 # Leaves the run's results in build/last/h200 for remeasure_call.sh, the next call on the same warm machine.
 set -uo pipefail
 # ANY_GPU=1: on whatever card came (the results then go under results/<that gpu>/).
@@ -9,6 +9,6 @@ set -uo pipefail
 cp .peersB/irpart.ab /tmp/peers/ && cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
 bash .peers2/install.sh || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
-CARRIED_SO=${CARRIED_SO:-.labso/cur.so.xz} bash scripts/h200.sh lab; rc=$?
+CARRIED_SO=${CARRIED_SO:-here} bash scripts/h200.sh lab; rc=$?
 rm -rf build/last && mkdir -p build/last && tar xzf "$OUT/h200.tgz" -C build/last
 exit $rc

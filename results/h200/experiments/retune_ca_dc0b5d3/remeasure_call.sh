@@ -5,4 +5,4 @@ set -uo pipefail
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200: stopping"; exit 3; }
 [ -f build/last/h200/results.json ] && [ -d /tmp/site ] || { echo "no lab run or peers here (the machine went cold?)"; exit 1; }
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
-CARRIED_SO=${CARRIED_SO:-.labso/cur.so.xz} bash scripts/h200.sh remeasure build/last/h200/results.json
+CARRIED_SO=${CARRIED_SO:-here} bash scripts/h200.sh remeasure build/last/h200/results.json
