@@ -10,11 +10,12 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 # The first half of the peers' compiler library, where carried (.peersA), whatever the card: the next call
 # (lab_call.sh on an H200) brings the second.
 [ -f .peersA/irpart.aa ] && mkdir -p /tmp/peers && cp .peersA/irpart.aa /tmp/peers/
+# The build, whatever the card (lab_call.sh's CARRIED_SO=here finds it on the same warm machine).
+{ [ -f .labso/cur.so.xz ] && xz -dc .labso/cur.so.xz > lab/_C.abi3.so; } || bash build.sh | tail -1
 if [ "${ANY_GPU:-}" != 1 ] && ! grep -q H200 $OUT/gpu.txt; then
   # Not an H200: stop, after (with MEMCHECK=1) the check of bd54c2a (row blocks) where it ran out of memory on an
   # 80 GB H100 (float32 4096x262144, the float64 check of tune_cluster.py).
   [ "${MEMCHECK:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
-  { [ -f .labso/cur.so.xz ] && xz -dc .labso/cur.so.xz > lab/_C.abi3.so; } || bash build.sh | tail -1
   python - <<'PY' 2>&1 | tee $OUT/check_memory.txt
 import torch
 from lab import check, inputs, registry
@@ -30,7 +31,6 @@ for name in ("cuda.cluster", "lab.auto"):
 PY
   echo "not an H200: stopping"; exit 3
 fi
-{ [ -f .labso/cur.so.xz ] && xz -dc .labso/cur.so.xz > lab/_C.abi3.so; } || bash build.sh | tail -1
 for dt in ${DTYPES:-bfloat16 float32}; do
   echo "== $dt $(date -u +%T)"
   python scripts/tune_cluster.py --dtype $dt --min-n 8192 --grid one-per-row --json $OUT/tune_$dt.json 2>&1 |
