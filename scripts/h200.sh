@@ -55,7 +55,8 @@ build() {
     if [ "${CARRIED_SO:-}" = here ] && ls lab/_C*.so >/dev/null 2>&1; then  # unpacked by an earlier call
       echo "build.sh skipped: lab/_C.abi3.so is here already (CARRIED_SO=here)"
     elif [ -n "${CARRIED_SO:-}" ]; then  # a lab/_C.abi3.so built elsewhere from the same csrc, xz-compressed
-      xz -dc "$CARRIED_SO" >lab/_C.abi3.so.tmp && mv lab/_C.abi3.so.tmp lab/_C.abi3.so && echo "build.sh skipped: lab/_C.abi3.so unpacked from $CARRIED_SO"
+      xz -dc "$CARRIED_SO" >lab/_C.abi3.so.tmp && mv lab/_C.abi3.so.tmp lab/_C.abi3.so &&
+        echo "build.sh skipped: lab/_C.abi3.so unpacked from $CARRIED_SO"
     else
       bash build.sh
     fi; } 2>&1 | tee -a "$log"
