@@ -3,7 +3,7 @@
 # one-cluster-per-row launch at the sweeps' rows from N = 8192 up, each dtype its own JSON.
 # lab/_C.abi3.so built here (csrc as at dc0b5d3) travels xz-compressed in .labso/cur.so.xz (carried), in place of
 # build.sh (a carried build stamp did not match there: build.sh rebuilt for 83 s).
-# DTYPES picks the dtypes (default: bfloat16 float32).
+# DTYPES picks the dtypes (default: bfloat16 float32); SHAPES="--shape MxN ..." only those shapes.
 set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -33,7 +33,7 @@ PY
 fi
 for dt in ${DTYPES:-bfloat16 float32}; do
   echo "== $dt $(date -u +%T)"
-  python scripts/tune_cluster.py --dtype $dt --min-n 8192 --grid one-per-row --json $OUT/tune_$dt.json 2>&1 |
+  python scripts/tune_cluster.py --dtype $dt --min-n 8192 --grid one-per-row ${SHAPES:-} --json $OUT/tune_$dt.json 2>&1 |
     grep -v "^\[" | tee $OUT/tune_$dt.txt
 done
 echo "== done $(date -u +%T)"
