@@ -59,8 +59,7 @@ build() {
         echo "build.sh skipped: lab/_C.abi3.so unpacked from $CARRIED_SO"
     else
       bash build.sh
-    fi; } 2>&1 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" -eq 0 ]
+    fi; } 2>&1 | tee -a "$log"  # pipefail: a failed build fails build()
 }
 
 # The lab itself; its per-point progress lines stay in lab.txt, the tables are printed.
