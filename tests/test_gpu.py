@@ -608,7 +608,8 @@ def _launched_kernels(fn) -> list[str]:
 
 # (dtype, N, few rows, many rows, the kernel's template arguments for few and for many: threads per row,
 # elements per thread, block threads, persistent, packed, staged, registers asked (0: the estimate), shared
-# exponentials; the test adds the last, peeled, from the input's alignment and the entry's peel):
+# exponentials, then {peeled}, which the test fills in from the input's alignment and the entry's peel, and the
+# shared row; a shared row's kernel is PEELED whatever the rows):
 # register_cached.cu's few-rows shapes (FewRowsShape). The few rows are a grid that any GPU of 16 SMs or
 # more holds at once (64 blocks of 128 threads, or 256 of 64 at 32 registers: 16 per SM, the fewest blocks
 # an SM of sm_80 or later holds); the many are more blocks than a GPU of 132 SMs holds at 16 blocks of 128
@@ -616,15 +617,21 @@ def _launched_kernels(fn) -> list[str]:
 # Both 16-bit dtypes share a table (kRowShapes16), so the entries that keep their exponentials in shared memory
 # are checked in each.
 SIXTEEN_BIT_FEW_ROWS = [
-    (512, 256, 131072, "32, 16, 128, false, true, true, 0, true", "32, 16, 128, false, true, true, 0, false"),
-    (1024, 256, 65536, "64, 16, 64, false, true, true, 32, true", "64, 16, 64, false, true, true, 0, false"),
+    (512, 256, 131072, "32, 16, 128, false, true, true, 0, true, {peeled}, false",
+     "32, 16, 128, false, true, true, 0, false, {peeled}, false"),
+    (1024, 256, 65536, "64, 16, 64, false, true, true, 32, true, {peeled}, false",
+     "64, 16, 64, false, true, true, 0, false, {peeled}, false"),
+    (2048, 256, 32768, "64, 32, 64, false, true, true, 32, false, true, true",
+     "64, 32, 64, false, true, true, 0, false, {peeled}, false"),
 ]
 FEW_ROWS = [
     (torch.bfloat16, 128, 512, 524288,
-     "16, 8, 128, false, true, false, 0, false", "8, 16, 128, false, true, true, 0, false"),
+     "16, 8, 128, false, true, false, 0, false, {peeled}, false",
+     "8, 16, 128, false, true, true, 0, false, {peeled}, false"),
     *[(dtype, *entry) for entry in SIXTEEN_BIT_FEW_ROWS for dtype in (torch.bfloat16, torch.float16)],
     (torch.float32, 1024, 256, 65536,
-     "32, 32, 128, false, false, true, 0, false", "64, 16, 64, false, false, false, 0, false"),
+     "32, 32, 128, false, false, true, 0, false, {peeled}, false",
+     "64, 16, 64, false, false, false, 0, false, {peeled}, false"),
 ]
 
 
@@ -644,7 +651,7 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
         pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
         ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
-        kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args}, {peeled}>"
+        kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args.format(peeled=peeled)}>"
         assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
         assert res.ok, f"{what}: {res.summary()}"
@@ -684,7 +691,8 @@ def test_register_cached_peeled_rows(n, dtype):
         res = check.compare(out, SOFTMAX.reference(x), dtype)
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
     aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
-    assert _register_cached_kernel(aligned).endswith("false"), "aligned rows: a PEELED kernel"
+    peeled, shared_row = _register_cached_kernel(aligned).split(", ")[-2:]
+    assert peeled == shared_row, "aligned rows: a PEELED kernel (only a shared row's kernel is PEELED for every row)"
     res = check.check(torch.ops.lab.register_cached, aligned, False, SOFTMAX.reference(aligned))
     assert res.ok, f"aligned rows of {aligned.shape[1]}: {res.summary()}"
 
@@ -698,10 +706,12 @@ def _register_cached_kernel(t: torch.Tensor) -> str:
 
 def _ragged_kernel(rows: int, n: int, dtype: torch.dtype) -> str:
     """The kernel that should take ragged rows x n: that of aligned rows of the length of the table entry that takes
-    them (torch.ops.lab_tune.register_cached_ragged), PEELED where that entry peels."""
+    them (torch.ops.lab_tune.register_cached_ragged), PEELED where that entry peels (the next to last template
+    argument; the last is the shared row's)."""
     entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
-    entry_kernel = _register_cached_kernel(inputs.make_input(Shape(rows, entry), dtype, "cuda"))
-    return f"{entry_kernel.rsplit(',', 1)[0]}, {'true' if peeled else 'false'}"
+    args = _register_cached_kernel(inputs.make_input(Shape(rows, entry), dtype, "cuda")).split(", ")
+    args[-2] = "true" if peeled else "false"
+    return ", ".join(args)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)

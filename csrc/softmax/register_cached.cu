@@ -35,7 +35,9 @@
 // On the tutorial's small tensors (1-16 MB) the warps wait on their loads (ncu's stall samples: 14-36% on the first
 // instruction after them, 65% at bfloat16 524288x128), not on issue: a kernel of whole rows that dropped the per-pack
 // tests and element-by-element paths ran 4-10% fewer instructions and no faster in interleaved rounds, and was
-// reverted (results/h200/experiments/whole_rows_f1f2073/).
+// reverted (results/h200/experiments/whole_rows_f1f2073/). The waves were what counted at 16-bit N = 1025 to 2048:
+// a few-rows shape that keeps the row in shared memory (SHARED_ROW) runs the tutorial's 4096 rows of 2048 in one
+// wave where the table's shape took 1.48, 4-5% faster on an H100 (results/h100-80gb-hbm3/experiments/shared_row/).
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
@@ -102,12 +104,20 @@ namespace {
 // 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984), 2097152x32 gained 0.4% (0.753 -> 0.750) and
 // 32768x2048 and 16384x4096 stayed level: once the SMs are full, the shared memory's traffic and footprint
 // mostly cost more than the MUFU work saved. So few rows only.
+// 16-bit rows of 1025 to 2048 elements then took a few-rows shape too: the table's own 64 x 32 staged, at 32
+// registers (32 blocks of 64 per SM, where 48 registers held 21: the tutorial's 4096x2048 in one wave of 4224
+// blocks on 132 SMs, not 1.48), the row left in shared memory and read again for each pass (`shared_row`: held in
+// registers, 32 packed elements spilled at 32). On an H100 (results/h100-80gb-hbm3/experiments/shared_row/, A B A B
+// in separate processes beside unchanged kernels, which moved 0-1%): bfloat16 4096x2048 16.87 -> 16.21 us,
+// 4000x2048 -4.4%, 4096x1536 -3.8%, 4096x2047 -4.6%, float16 4096x2048 -4.4%; 2048x2048, one wave before too,
+// level to 1% slower (the drift there: 1.4%).
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
   bool staged = false;
   int registers = 0;  // per thread, asked of __launch_bounds__ (0: kThreadRegisters' estimate)
   bool shared_exps = false;  // the exponentials kept in shared memory for the write (16-bit only)
+  bool shared_row = false;   // staged packs read from shared memory for each pass, not held in registers (16-bit)
 };
 struct RowShape {
   int max_cols;
@@ -204,7 +214,8 @@ constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
     {208, 8, 32, false, false},    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}},
-    {2048, 64, 32, false, true},   {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
+    {2048, 64, 32, false, true, {64, 32, true, 32, false, true}},
+    {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
@@ -232,7 +243,8 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
     const FewRowsShape& f = s.few;
     if (f.threads_per_row != 0 && (s.persistent || int64_t{f.threads_per_row} * f.elems_per_thread < s.max_cols ||
                                    f.elems_per_thread % pack != 0 || !power_of_two_group(f.threads_per_row) ||
-                                   f.registers < 0 || f.registers > 255 || (f.shared_exps && pack != 8))) {
+                                   f.registers < 0 || f.registers > 255 || (f.shared_exps && pack != 8) ||
+                                   (f.shared_row && (pack != 8 || !f.staged || f.shared_exps || !s.peel)))) {
       return false;  // the few-rows shape is a group holding the entry's rows in whole packs, beside an
                      // entry of one block per row group (the launcher's persistent < 0 and 0)
     }
@@ -330,7 +342,8 @@ constexpr int kMinBlocks =
 // and in the same entry 4096x8191 1.09, 4096x16383 1.16, 1048576x63 1.28; float32 4096x2049 1.08, 4096x4097 1.16,
 // 4096x8193 1.30; aligned rows and the rest level (257, 577, 8191 and 16383 in float32 within 1%).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false,
+          bool SHARED_ROW = false>
 __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT, PACKED, REGISTERS>))
     register_cached_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int cols,
                                    int64_t x_stride, int64_t y_stride) {
@@ -351,6 +364,11 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   // inputs, which are in registers by then: each thread reads and writes only its own slots).
   static_assert(!SHARED_EXPS || (PACKED && !PERSISTENT && 2 * PACKS * kBlock * kVecBytes <= kMaxStagedBytes),
                 "shared exponentials: a packed fragment, one block per row group, within kMaxStagedBytes");
+  // SHARED_ROW (staged, packed, one block per row group): the staged packs stay where they are, and each pass
+  // (max, exp-sum, write) reads them again from shared memory, so that the row takes no registers between the
+  // passes; a pack that is not whole is stored to its slot as the words the fragment holds (-inf past the row).
+  static_assert(!SHARED_ROW || (STAGED && PACKED && !PERSISTENT && !SHARED_EXPS),
+                "a shared row: staged packed packs on a grid of one block per row group, without shared exponentials");
   constexpr int kSlotRows = SHARED_EXPS ? 2 * PACKS : STAGED ? PACKS : 1;
   __shared__ uint4 stage[kSlotRows][STAGED || SHARED_EXPS ? kBlock : 1];
   Reduce reduce(storage);
@@ -462,6 +480,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
             v[k][i] = lo | hi << 16;
           }
         }
+        if constexpr (SHARED_ROW) {
+          if (!whole) memcpy(&stage[k][threadIdx.x], v[k], sizeof(uint4));
+        }
       } else if (whole) {
         const Pack<T> pk = wide(row, k);
 #pragma unroll
@@ -487,9 +508,20 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
       for (int i = 0; i < kEdgeSlots; ++i) dv += fast_exp(edge_v[i] - shift);
       return dv;
     };
+    // SHARED_ROW: the fragment read again from the row's slots (each thread its own: no barrier).
+    const auto reload = [&]() {
+      if constexpr (SHARED_ROW) {
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k) {
+          const uint4 q = ld_shared_16_volatile(&stage[k][threadIdx.x]);
+          v[k][0] = q.x, v[k][1] = q.y, v[k][2] = q.z, v[k][3] = q.w;
+        }
+      }
+    };
     float m, d;
     if constexpr (PACKED) {
       m = allreduce(edge_max(fragment_max<T>(v)), MaxOp{});
+      reload();
       if constexpr (SHARED_EXPS) {
         float4 e4;  // word i's exponentials, stored by pairs of words
         const auto keep = [&](int k, int i, float2 e) {
@@ -527,6 +559,7 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
       if (e < edge) yr[edge_elem(e)] = from_float<T>(fast_exp(edge_v[i] - m) * inv_d);
     }
     const auto write = [&](auto fold) {
+      reload();
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
         const int e0 = (lane + k * THREADS_PER_ROW) * K;
@@ -691,11 +724,12 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
-          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false>
+          bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false,
+          bool SHARED_ROW = false>
 cudaError_t launch_grid(const RowsArgs& a, int sms, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
   const auto kernel = register_cached_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK, PERSISTENT, PACKED, STAGED,
-                                                     REGISTERS, SHARED_EXPS, PEELED>;
+                                                     REGISTERS, SHARED_EXPS, PEELED, SHARED_ROW>;
   int64_t resident = INT_MAX;
   if constexpr (PERSISTENT) {
     int per_sm = 0;
@@ -842,16 +876,18 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
         constexpr int kRowsPerBlock = kFewBlock / f.threads_per_row;
         // Launches the few-rows shape where its whole grid is resident at once (`launched`), else nothing.
         const auto few = [&](auto peel, bool* launched) {
-          constexpr bool kPeeled = decltype(peel)::value;
+          // A shared row takes every row on its PEELED kernel (whole rows too: their edge is empty): the other
+          // one, reading a partial last pack element by element, spilled at its 32 registers (8 bytes).
+          constexpr bool kPeeled = decltype(peel)::value || f.shared_row;
           int per_sm = 0;
           LAB_CUDA_TRY(resident_blocks_per_sm(
               register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
-                                             f.staged, f.registers, f.shared_exps, kPeeled>,
+                                             f.staged, f.registers, f.shared_exps, kPeeled, f.shared_row>,
               kFewBlock, &per_sm));
           *launched = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms;
           if (!*launched) return cudaSuccess;
           return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
-                             f.registers, f.shared_exps, kPeeled>(a, sms, stream);
+                             f.registers, f.shared_exps, kPeeled, f.shared_row>(a, sms, stream);
         };
         if (persistent != 1) {
           bool launched = false;
