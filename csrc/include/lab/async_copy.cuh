@@ -29,13 +29,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// A 16-byte read of shared memory that the compiler may not merge with another read of the same bytes or move
-// across other volatile asm: a row kept in shared memory is read again for each pass over it, not held in
-// registers between the passes (register_cached's SHARED_ROW).
+// A 16-byte read of shared memory that the compiler may not merge with another read of the same bytes, nor move
+// across other memory accesses (the "memory" clobber: a store to the same slot before it stays before it): a row
+// kept in shared memory is read again for each pass over it, not held in registers between the passes
+// (register_cached's SHARED_ROW).
 __device__ __forceinline__ uint4 ld_shared_16_volatile(const void* smem) {
   const unsigned src = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(src));
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(src)
+               : "memory");
   return r;
 }
 
