@@ -6,7 +6,10 @@ set -uo pipefail
 # ANY_GPU=1: on whatever card came (the results then go under results/<that gpu>/).
 [ "${ANY_GPU:-}" = 1 ] || nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 ||
   { echo "not an H200: stopping"; exit 3; }
-cp .peersB/irpart.ab /tmp/peers/ && cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
+# The second half comes carried here (.peersB) or, where the tree with .peersB and .peers2 passes the carry's
+# 64 MiB, from a call between (`mkdir -p /tmp/peers && cp .peersB/irpart.ab /tmp/peers/`, carrying .peersB alone).
+[ -f .peersB/irpart.ab ] && cp .peersB/irpart.ab /tmp/peers/
+cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
 bash .peers2/install.sh || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 CARRIED_SO=${CARRIED_SO:-here} bash scripts/h200.sh lab; rc=$?
