@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The shared row beside QuACK on whatever card came, in one process: the call after
 # results/h200/experiments/retune_ca_dc0b5d3/call.sh (which unpacked the build of 8609a26's csrc and left the
-# first half of the peers' compiler library in /tmp/peers). Carries .peersB (the second half) and .peers2 (the
-# wheels). Interleaved rounds of register_cached, lab.auto, QuACK and triton.multirow at the tutorial's small
+# first half of the peers' compiler library in /tmp/peers) and a call that copied the second half there (.peersB).
+# Carries .peers2 (the wheels). Interleaved rounds of register_cached, lab.auto, QuACK and triton.multirow at the tutorial's small
 # tensors, each checked against float64 first.
 set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu_quack.txt
