@@ -2,8 +2,8 @@
 # The shared row beside QuACK on whatever card came, in one process: the call after
 # results/h200/experiments/retune_ca_dc0b5d3/call.sh (which unpacked the build of 8609a26's csrc and left the
 # first half of the peers' compiler library in /tmp/peers) and a call that copied the second half there (.peersB).
-# Carries .peers2 (the wheels). Interleaved rounds of register_cached, lab.auto, QuACK and triton.multirow at the tutorial's small
-# tensors, each checked against float64 first.
+# Carries .peers2 (the wheels). Interleaved rounds of register_cached, lab.auto, QuACK and triton.multirow at the
+# tutorial's small tensors, each checked against float64 first.
 set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu_quack.txt
 # The second half comes carried here (.peersB) or, where the tree with .peersB and .peers2 passes the carry's

@@ -2,7 +2,8 @@
 # Re-tune of cuda.cluster's plans on the H200 after every cp.async became .ca (2fb4b99): every
 # one-cluster-per-row launch at the sweeps' rows from N = 8192 up, each dtype its own JSON.
 # lab/_C.abi3.so built here (csrc as at dc0b5d3, then 8609a26, then 5adc8c2: rebuild it after any csrc change)
-# travels xz-compressed in .labso/cur.so.xz (carried), in place of build.sh (a carried build stamp did not match there: build.sh rebuilt for 83 s).
+# travels xz-compressed in .labso/cur.so.xz (carried), in place of build.sh (a carried build stamp did not match
+# there: build.sh rebuilt for 83 s).
 # DTYPES picks the dtypes (default: bfloat16 float32); SHAPES="--shape MxN ..." only those shapes.
 set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
