@@ -10,6 +10,11 @@
 # SASS instruction), saved as PREFIX.ncu-rep, with PREFIX.source.csv (the source page: per instruction,
 # executed count and stall samples by reason) and PREFIX.details.txt (every section, unfiltered). On the
 # device tool, write them outside $OUT and pack the text files into one archive there (it returns 8 files).
+# PROFILE_CACHE=none: the L2 a timed call meets instead of ncu's flushed one. The point runs as the lab's timing
+# loop does (profile_point.py --flush-mb 256: the L2 reset, then a 256 MB write before every call), ncu leaves the
+# caches alone (--cache-control none) and replays the whole process for each pass (--replay-mode application), so
+# that every pass meets that L2 too; it reports the duration and the DRAM and L2 traffic of the flushed calls 2 to 5
+# (profile_point.py compiles and resets before the profiled range, cudaProfilerStart, so that ncu counts only them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
@@ -19,6 +24,14 @@ ncu_point() {
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
     --launch-count 1 "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1
 }
+if [ "${PROFILE_CACHE:-}" = none ]; then
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none --cache-control none \
+    --replay-mode application --profile-from-start off -k "regex:$kernel" --launch-skip 1 --launch-count 4 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum \
+    "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" --runs 6 --flush-mb 256 2>&1 |
+    grep -vE "^==PROF==|^\s*$|----" | sed -E 's/ {2,}/  /g' | cut -c1-220
+  exit "${PIPESTATUS[0]}"
+fi
 if [ -n "${PROFILE_REPORT:-}" ]; then
   ncu_point --set full --import-source yes -f -o "$PROFILE_REPORT" | grep -v "^==PROF=="
   [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1

@@ -4,6 +4,9 @@
     python scripts/profile_point.py cluster:20:16:n 256x262144 bfloat16
 
 The first run is a warm-up (compilation, first-touch); profile a later one (ncu --launch-skip).
+`--flush-mb MB` runs each call as the lab's timing loop does (lab/bench.py): the L2 reset first, then a write of
+an MB-sized buffer before every call, so that a profiler with its own cache control off
+(ncu --cache-control none, scripts/profile.sh's PROFILE_CACHE=none) sees the L2 a timed call meets.
 `cluster:SHAPE:CLUSTER:p|n` runs one launch configuration of cuda.cluster outside its plan, as
 scripts/tune_cluster.py times them: SHAPE an index of its resident shapes (tune_cluster.py's labels
 list them), CLUSTER the CTAs per row, p a persistent grid, n one cluster per row. Every run is checked
@@ -17,7 +20,7 @@ import sys
 
 import torch
 
-from lab import check, inputs
+from lab import bench, check, inputs
 from lab.registry import variants
 
 
@@ -36,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("shape", type=inputs.Shape.parse, help="MxN or MxN/STRIDE")
     p.add_argument("dtype", choices=("float32", "float16", "bfloat16"))
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--flush-mb", type=int, default=0, metavar="MB",
+                   help="write an MB-sized buffer before every call, after the lab's L2 reset (0: no flush)")
     args = p.parse_args(argv)
+    if args.flush_mb < 0:
+        sys.exit(f"profile_point: --flush-mb must be 0 or more, got {args.flush_mb}")
     writes_out = False
     if args.variant.startswith("cluster:"):
         try:
@@ -54,9 +61,20 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"profile_point: no variant named {args.variant!r}; see python -m lab.test --list")
         kernel, writes_out = found[0].kernel(), found[0].writes_out
     x = inputs.make_input(args.shape, getattr(torch, args.dtype), "cuda")
+    flush = None
+    if args.flush_mb:
+        kernel(x)  # compiled (torch.compile's autotuning launches its kernels too) before the profiled range
+        flush, _ = bench.flush_buffer(args.flush_mb)
+        bench.l2_reset(flush)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()  # the range that ncu --profile-from-start off watches
     for _ in range(args.runs):
+        if flush is not None:
+            flush.zero_()
         kernel(x)
     torch.cuda.synchronize()
+    if flush is not None:
+        torch.cuda.profiler.stop()
     # Checked after the runs, so that the profiler's --launch-skip counts this kernel's launches only
     # (the float64 reference runs PyTorch's softmax kernels, which a name filter could catch too).
     res = check.check(kernel, x, writes_out)

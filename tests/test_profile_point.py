@@ -36,3 +36,13 @@ def test_a_cluster_configuration_runs_checked():
     if not hasattr(torch.ops, "lab_tune") or not hasattr(torch.ops.lab_tune, "cluster"):
         pytest.skip("lab._C without the tuning ops")
     assert profile_point.main(["cluster:20:2:n", "8x20000", "bfloat16", "--runs", "1"]) == 0
+
+
+def test_a_negative_flush_is_refused():
+    with pytest.raises(SystemExit, match="--flush-mb must be 0 or more"):
+        profile_point.main(["torch.softmax", "4x8", "float32", "--flush-mb", "-1"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_flushed_runs_are_checked():
+    assert profile_point.main(["torch.softmax", "64x1000", "float32", "--runs", "2", "--flush-mb", "8"]) == 0
