@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The A/B's measurement (AB=A or B): cuda.auto beside triton.multirow (unchanged, the drift between the builds) in
+# interleaved rounds at the weak points, then cuda.auto's kernel in the loop's L2 state under ncu.
+set -uo pipefail
+python scripts/interleave.py --variants cuda.auto,triton.multirow --dtype bfloat16 --rounds 5 --reps 100 \
+  --shape 4096x128 --shape 4096x512 --shape 4096x1024 --shape 16384x4096 --shape 524288x128 --shape 4096x32768 \
+  --shape 1024x65536 2>&1 | grep -v "^\["
+python scripts/interleave.py --variants cuda.auto,triton.multirow --dtype float32 --rounds 5 --reps 100 \
+  --shape 4096x128 --shape 4096x512 --shape 4096x1024 --shape 2097152x32 --shape 4096x4096 2>&1 | grep -v "^\["
+for pt in "cuda.auto 4096x1024 float32" "cuda.auto 4096x1024 bfloat16"; do
+  echo "== loop-state ncu $pt"; PROFILE_CACHE=none bash scripts/profile.sh $pt
+done
