@@ -15,6 +15,8 @@
 # caches alone (--cache-control none) and replays the whole process for each pass (--replay-mode application), so
 # that every pass meets that L2 too; it reports the duration and the DRAM and L2 traffic of the flushed calls 2 to 5
 # (profile_point.py compiles and resets before the profiled range, cudaProfilerStart, so that ncu counts only them).
+# PROFILE_CACHE=all: the same calls and metrics with ncu's own cache control (flushed and invalidated before each),
+# to set beside them. PROFILE_METRICS=a,b adds metrics to the list.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
@@ -24,10 +26,11 @@ ncu_point() {
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
     --launch-count 1 "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1
 }
-if [ "${PROFILE_CACHE:-}" = none ]; then
-  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none --cache-control none \
+if [ -n "${PROFILE_CACHE:-}" ]; then
+  [ "$PROFILE_CACHE" = none ] || [ "$PROFILE_CACHE" = all ] || { echo "PROFILE_CACHE is none or all" >&2; exit 2; }
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none --cache-control "$PROFILE_CACHE" \
     --replay-mode application --profile-from-start off -k "regex:$kernel" --launch-skip 1 --launch-count 4 \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum${PROFILE_METRICS:+,$PROFILE_METRICS} \
     "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" --runs 6 --flush-mb 256 2>&1 |
     grep -vE "^==PROF==|^\s*$|----" | sed -E 's/ {2,}/  /g' | cut -c1-220
   exit "${PIPESTATUS[0]}"
