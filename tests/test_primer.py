@@ -26,7 +26,7 @@ def test_the_primer_runs_after_the_flush_write():
     assert order == ["flush", "primer", "flush"]
 
 
-@pytest.mark.parametrize("flag", ["--rounds", "--reps", "--primer-rows"])
+@pytest.mark.parametrize("flag", ["--rounds", "--reps", "--primer-rows", "--flush-mb"])
 def test_counts_below_one_are_refused(flag):
     with pytest.raises(SystemExit, match="must be at least 1"):
         primer.main(["--variants", "torch.softmax", "--primers", "torch.softmax", "--shape", "8x64", flag, "0"])
