@@ -57,7 +57,11 @@ parser.add_argument("--variant", action="append", help="only this variant, e.g. 
                     "sections of other variants' own paths are then skipped)")
 parser.add_argument("--no-tuning-shapes", action="store_true",
                     help="skip the launch shapes compiled for tuning (torch.ops.lab_tune.*)")
+parser.add_argument("--tuning-shapes-only", action="store_true",
+                    help="only the launch shapes compiled for tuning (after a change to them alone)")
 args = parser.parse_args()
+if args.tuning_shapes_only and (args.no_tuning_shapes or args.variant):
+    parser.error("--tuning-shapes-only runs no variant's own sections, and needs the tuning shapes")
 wanted = args.op or list(CUDA_OPS)
 
 
@@ -77,8 +81,8 @@ if unknown := sorted(set(args.variant or ()) - KNOWN):
 
 
 def only(name: str) -> bool:
-    """Whether the section of variant `name`'s own paths runs (--variant)."""
-    return not args.variant or name in args.variant
+    """Whether the section of variant `name`'s own paths runs (--variant; none with --tuning-shapes-only)."""
+    return not args.tuning_shapes_only and (not args.variant or name in args.variant)
 
 
 for op_name, variants in CUDA_OPS.items():

@@ -355,7 +355,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   constexpr int kBlock = BLOCK;
   constexpr int kRowsPerBlock = kBlock / THREADS_PER_ROW;
   constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
-  using Reduce = BlockAllReduce<float, kBlock>;
+  static_assert(!kWholeBlock || kBlock % THREADS_PER_ROW == 0, "block groups: whole groups in a block");
+  // Block groups reduce each group on its own (several groups of 64 in a block of 128, say).
+  using Reduce = BlockAllReduce<float, kBlock, kWholeBlock ? THREADS_PER_ROW : kBlock>;
   __shared__ typename Reduce::Storage storage;  // block groups only (a few words)
   static_assert(!(STAGED && PERSISTENT), "the persistent grid loads the next rows into registers instead");
   static_assert(!STAGED || PACKS * kBlock * kVecBytes <= kMaxStagedBytes, "staged copies past kMaxStagedBytes");
@@ -641,6 +643,12 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // and were not kept.
 // staged: the whole packs copied to shared memory by cp.async first, as the table's `staged` shapes are
 // (within kMaxStagedBytes per block; the kernel's static_assert checks it).
+// triton.multirow's layouts: on the H200 (scripts/tune_multirow.py, results/h200/experiments/multirow_layouts/)
+// its kernel at 2 rows of 64 threads x 8 elements in a block of 128 read 6.61 us at bfloat16 4096x512, against
+// QuACK's 6.72 and cuda.auto's 6.78, where 1 row in a block of 64, the same per-row layout, read 7.36; a warp a row
+// in blocks of 32 led at float32 4096x512 (9.01 against QuACK's 9.14) and bfloat16 4096x1024 (8.48 against 8.54).
+// Those layouts are the shapes of that comment line; a group of 64 in a block of 128 is two block groups, each
+// reduced on its own.
 struct BlockShape {
   int threads_per_row;
   int elems_per_thread;
@@ -656,6 +664,8 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {32, 32, 128}, {32, 32, 64}, {64, 16, 64}, {128, 8, 128}, {256, 4, 256},         // N <= 1024
     {64, 32, 64}, {256, 8, 256}, {32, 64, 128},                                      // N <= 2048
     {128, 32, 128}, {512, 8, 512}, {64, 64, 64},                                     // N <= 4096
+    // triton.multirow's faster layouts at the tutorial's small tensors (below)
+    {64, 8, 128}, {32, 16, 32}, {64, 16, 128}, {32, 32, 32},                         // N <= 512, 1024
     // staged
     {32, 4, 128, true, true}, {16, 8, 128, true, true},                             // N <= 128
     {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
@@ -671,6 +681,9 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 32, 128}, {32, 32, 64}, {32, 32, 256}, {16, 64, 128}, {128, 8, 128},        // N <= 1024
     {32, 64, 128}, {32, 64, 64}, {64, 32, 64}, {256, 8, 256},                        // N <= 2048
     {64, 64, 64}, {256, 16, 256}, {512, 8, 512},                                     // N <= 4096
+    // triton.multirow's faster layouts at the tutorial's small tensors (below)
+    {64, 8, 128}, {64, 8, 128, true, true}, {64, 8, 128, false}, {32, 16, 32},       // N <= 512
+    {32, 32, 32}, {64, 16, 128},                                                     // N <= 1024
     // held as floats
     {16, 8, 128, false}, {8, 16, 64, false},                                         // N <= 128
     {32, 16, 128, false}, {32, 16, 64, false}, {64, 8, 64, false},                   // N <= 512
@@ -694,12 +707,12 @@ constexpr const auto& tune_shapes() {
 template <typename T>
 constexpr int kTuneCount = sizeof(tune_shapes<T>()) / sizeof(BlockShape);
 
-// Whole packs, a power-of-two group of at most a warp in blocks of whole groups, or a group that is
-// the whole block.
+// Whole packs, a power-of-two group of at most a warp in blocks of whole groups, or a group of whole warps
+// in a block of one or more such groups (each group reduced on its own: BlockAllReduce's GROUP).
 constexpr bool block_shape_holds(const BlockShape& s, int pack) {
   const bool warp_group = s.threads_per_row <= kWarpSize && s.block % s.threads_per_row == 0 &&
                           s.block % kWarpSize == 0 && s.block <= 1024;
-  const bool block_group = s.threads_per_row > kWarpSize && s.block == s.threads_per_row;
+  const bool block_group = s.threads_per_row > kWarpSize && s.block % s.threads_per_row == 0 && s.block <= 1024;
   return power_of_two_group(s.threads_per_row) && s.elems_per_thread % pack == 0 && (warp_group || block_group);
 }
 template <size_t COUNT>

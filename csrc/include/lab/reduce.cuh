@@ -147,21 +147,26 @@ constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2);
 // warp stores the warp's partial, one barrier, then every warp reads all the partials and reduces
 // them with xor shuffles. Every lane of the block ends with the same bits: each lane combines the
 // same operands in the same order (the ops are commutative), so no broadcast step is needed.
+// GROUP < THREADS: the block holds THREADS / GROUP groups of GROUP threads (whole warps), each reduced on
+// its own (a warp reads its own group's partials only); the one barrier is still the block's.
 // The partials alternate between two halves of the storage, call by call: a thread writes half p
 // again two calls later, after the barrier of the call between, and no thread reaches that barrier
 // before it has read half p. So no barrier guards the storage from the previous call's readers (the
 // version this replaced took three per call: guard, partials, and the first warp's total).
 // An object made once per kernel, before the row loop (it keeps the half for the next call); every
 // thread of the block makes the same sequence of calls.
-template <typename V, int THREADS>
+template <typename V, int THREADS, int GROUP = THREADS>
 class BlockAllReduce {
  public:
   static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
-  static constexpr int kWarps = THREADS / kWarpSize;
+  static_assert(GROUP % kWarpSize == 0 && THREADS % GROUP == 0, "groups of whole warps that divide the block");
+  static_assert(GROUP == THREADS || pow2_ceil(GROUP / kWarpSize) == GROUP / kWarpSize,
+                "several groups in a block: a power-of-two count of warps each");
+  static constexpr int kWarps = GROUP / kWarpSize;  // per group
   // Lanes i and i + kWidth read the same partial: each group of kWidth lanes reduces all of them.
   static constexpr int kWidth = pow2_ceil(kWarps);
   struct Storage {
-    V partial[2][kWarps];
+    V partial[2][THREADS / kWarpSize];
   };
 
   __device__ __forceinline__ explicit BlockAllReduce(Storage& s) : s_(s) {}
@@ -175,10 +180,11 @@ class BlockAllReduce {
       V* partial = s_.partial[half_];
       half_ ^= 1;
       const int lane = threadIdx.x % kWarpSize;
-      if (lane == 0) partial[threadIdx.x / kWarpSize] = v;
+      const int warp = threadIdx.x / kWarpSize;
+      if (lane == 0) partial[warp] = v;
       __syncthreads();
       const int i = lane % kWidth;
-      return warp_allreduce<kWidth>(i < kWarps ? partial[i] : Op::identity(), op);
+      return warp_allreduce<kWidth>(i < kWarps ? partial[warp / kWarps * kWarps + i] : Op::identity(), op);
     }
   }
 
