@@ -59,6 +59,9 @@ parser.add_argument("--no-tuning-shapes", action="store_true",
                     help="skip the launch shapes compiled for tuning (torch.ops.lab_tune.*)")
 parser.add_argument("--tuning-shapes-only", action="store_true",
                     help="only the launch shapes compiled for tuning (after a change to them alone)")
+parser.add_argument("--tuning-label", action="append",
+                    help="only the tuning shapes of this label (repeatable), e.g. 64x8/128P (register_cached) or "
+                    "128x64s0P (cluster)")
 args = parser.parse_args()
 if args.tuning_shapes_only and (args.no_tuning_shapes or args.variant):
     parser.error("--tuning-shapes-only runs no variant's own sections, and needs the tuning shapes")
@@ -151,6 +154,8 @@ if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for index, rc in enumerate(register_cached_shapes(dtype)):
+            if args.tuning_label and rc.label() not in args.tuning_label:
+                continue
             for shape in (s for s in SHAPES if rc.holds(s.n)):
                 run_checked(op, f"register_cached {rc.label()}",
                             lambda t, i=index: torch.ops.lab_tune.register_cached_shape(t, i), shape, dtype)
@@ -164,6 +169,8 @@ if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
             smem = cs.stages * cs.threads * cs.elems * size
             if not cs.runs(dtype) or smem > SMEM_PER_BLOCK:
                 continue  # compiled for 16-bit types only, or staging more than a CTA may have in this dtype
+            if args.tuning_label and cs.label() not in args.tuning_label:
+                continue
             n = 2 * cs.threads * cs.elems - 3 * pack  # whole packs: the rows stay 16-byte aligned
             # An odd length too where the shape loads straight into registers: rows off 16-byte boundaries,
             # taken shifted (cluster.cu, SHIFTED), every distance from a boundary in 9 rows.
