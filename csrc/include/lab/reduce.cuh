@@ -184,7 +184,8 @@ class BlockAllReduce {
       if (lane == 0) partial[warp] = v;
       __syncthreads();
       const int i = lane % kWidth;
-      return warp_allreduce<kWidth>(i < kWarps ? partial[warp / kWarps * kWarps + i] : Op::identity(), op);
+      const int first = GROUP == THREADS ? 0 : warp / kWarps * kWarps;  // the group's first warp
+      return warp_allreduce<kWidth>(i < kWarps ? partial[first + i] : Op::identity(), op);
     }
   }
 
