@@ -655,6 +655,7 @@ struct BlockShape {
   int block;
   bool packed = true;
   bool staged = false;
+  bool lean = false;  // lean_softmax_kernel (below) where the rows allow it
 };
 constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {8, 4, 128}, {2, 16, 128}, {4, 8, 64}, {4, 8, 256},                              // N <= 32
@@ -666,6 +667,9 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {128, 32, 128}, {512, 8, 512}, {64, 64, 64},                                     // N <= 4096
     // triton.multirow's faster layouts at the tutorial's small tensors (below)
     {64, 8, 128}, {32, 16, 32}, {64, 16, 128}, {32, 32, 32},                         // N <= 512, 1024
+    // lean
+    {64, 8, 128, true, false, true}, {32, 16, 32, true, false, true},               // N <= 512
+    {64, 16, 64, true, false, true}, {32, 32, 128, true, false, true},              // N <= 1024
     // staged
     {32, 4, 128, true, true}, {16, 8, 128, true, true},                             // N <= 128
     {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
@@ -684,6 +688,10 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     // triton.multirow's faster layouts at the tutorial's small tensors (below)
     {64, 8, 128}, {64, 8, 128, true, true}, {64, 8, 128, false}, {32, 16, 32},       // N <= 512
     {32, 32, 32}, {64, 16, 128},                                                     // N <= 1024
+    // lean (held as floats)
+    {16, 8, 128, false, false, true},                                                // N <= 128
+    {64, 8, 128, false, false, true}, {32, 16, 128, false, false, true},            // N <= 512
+    {32, 32, 32, false, false, true},                                                // N <= 1024
     // held as floats
     {16, 8, 128, false}, {8, 16, 64, false},                                         // N <= 128
     {32, 16, 128, false}, {32, 16, 64, false}, {64, 8, 64, false},                   // N <= 512
@@ -779,7 +787,7 @@ cudaError_t launch_entry(const RowsArgs& a, int sms, bool persistent, bool peele
   return launch<T, THREADS_PER_ROW, ELEMS, BLOCK, STAGED>(a, sms, persistent, stream);
 }
 
-// Calls f(threads-per-row, elements-per-thread, block, packed, staged constants) for T's tuning shape
+// Calls f(threads-per-row, elements-per-thread, block, packed, staged, lean constants) for T's tuning shape
 // `index`.
 template <typename T, int I = 0, typename F>
 cudaError_t dispatch_tune_shape(int index, F&& f) {
@@ -790,10 +798,91 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
       constexpr BlockShape s = tune_shapes<T>()[I];
       return f(std::integral_constant<int, s.threads_per_row>{}, std::integral_constant<int, s.elems_per_thread>{},
                std::integral_constant<int, s.block>{}, std::bool_constant<kPacked<T> && s.packed>{},
-               std::bool_constant<s.staged>{});
+               std::bool_constant<s.staged>{}, std::bool_constant<s.lean>{});
     }
     return dispatch_tune_shape<T, I + 1>(index, f);
   }
+}
+
+// LEAN (tuning shapes only): the straight-line kernel triton.multirow's compiler makes of the same layout, for rows
+// that allow it (lean_rows: whole 16-byte packs from 16-byte boundaries in x and y, offsets within 32 bits). One
+// block per row group and no loop over rows, no per-pack alignment tests and no element-by-element paths, the
+// loads first, the row held as floats with one exponential per element, and an approximate reciprocal
+// (__fdividef; the sum is at least 1, the max's own exponential). Asked: does that code, not the layout, make
+// Triton's kernel the shorter one (results/h200/experiments/group_blocks/)?
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+    lean_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int x_stride, int y_stride) {
+  constexpr int K = kPack<T>;
+  constexpr int PACKS = ELEMS / K;
+  static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
+  constexpr bool kBlockGroup = THREADS_PER_ROW > kWarpSize;
+  using Reduce = BlockAllReduce<float, BLOCK, kBlockGroup ? THREADS_PER_ROW : BLOCK>;
+  __shared__ typename Reduce::Storage storage;  // block groups only
+  Reduce reduce(storage);
+  const auto allreduce = [&](float v, auto op) {
+    if constexpr (kBlockGroup) {
+      return reduce(v, op);
+    } else {
+      return warp_allreduce<THREADS_PER_ROW>(v, op);
+    }
+  };
+  const int lane = threadIdx.x % THREADS_PER_ROW;
+  const int row = blockIdx.x * (BLOCK / THREADS_PER_ROW) + threadIdx.x / THREADS_PER_ROW;
+  const bool valid = row < rows;  // a row past the end still takes part in the reductions
+  const int packs = cols / K;
+  const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + (valid ? row : 0) * x_stride);
+  Pack<T> pk[PACKS];
+#pragma unroll
+  for (int k = 0; k < PACKS; ++k) {
+    const int p = lane + k * THREADS_PER_ROW;
+    if (valid && p < packs) pk[k] = xr[p];
+  }
+  float v[PACKS][K];
+#pragma unroll
+  for (int k = 0; k < PACKS; ++k) {
+    const bool in = valid && lane + k * THREADS_PER_ROW < packs;
+#pragma unroll
+    for (int j = 0; j < K; ++j) v[k][j] = in ? to_float(pk[k].v[j]) : -CUDART_INF_F;
+  }
+  const float m = allreduce(fragment_max(v), MaxOp{});
+  const float d = allreduce(fragment_exp_sum(v, m), SumOp{});  // v now holds the exponentials
+  if (!valid) return;  // after the reductions, which need every thread
+  const float inv_d = __fdividef(1.0f, d);
+  Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * y_stride);
+#pragma unroll
+  for (int k = 0; k < PACKS; ++k) {
+    const int p = lane + k * THREADS_PER_ROW;
+    if (p < packs) {
+      Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < K; ++j) out.v[j] = from_float<T>(v[k][j] * inv_d);
+      yr[p] = out;
+    }
+  }
+}
+
+// Whether lean_softmax_kernel takes these rows: x's and y's rows whole 16-byte packs from 16-byte boundaries,
+// every offset within 32 bits.
+bool lean_rows(const RowsArgs& a) {
+  const int bytes = elem_bytes(a.dtype);
+  const auto aligned = [&](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0 && (stride * bytes) % kVecBytes == 0;
+  };
+  const int64_t span = std::max(a.x_row_stride, a.y_row_stride);
+  return aligned(a.x, a.x_row_stride) && aligned(a.y, a.y_row_stride) && (a.cols * bytes) % kVecBytes == 0 &&
+         a.rows * std::max<int64_t>(span, a.cols) < INT_MAX;
+}
+
+template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
+cudaError_t launch_lean(const RowsArgs& a, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
+  const auto grid = static_cast<unsigned>((a.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  lean_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK><<<grid, BLOCK, 0, stream>>>(
+      static_cast<const T*>(a.x), static_cast<T*>(a.y), static_cast<int>(a.rows), static_cast<int>(a.cols),
+      static_cast<int>(a.x_row_stride), static_cast<int>(a.y_row_stride));
+  LAB_LAUNCH_CHECK();
+  return cudaSuccess;
 }
 
 // Whether the rows of x are ragged: not whole 16-byte packs from a 16-byte boundary (some row starts off one, or N
@@ -832,7 +921,7 @@ int register_cached_tune_shapes(DType dtype, const int** flat) {
       const BlockShape& s = shapes[i];
       int* o = &out[kTuneShapeFields * i];
       o[0] = s.threads_per_row, o[1] = s.elems_per_thread, o[2] = s.block;
-      o[3] = s.packed && can_pack ? 1 : 0, o[4] = s.staged ? 1 : 0;
+      o[3] = s.packed && can_pack && !s.lean ? 1 : 0, o[4] = s.staged ? 1 : 0, o[5] = s.lean ? 1 : 0;
     }
     return out;
   };
@@ -859,8 +948,13 @@ cudaError_t softmax_register_cached_shape(const RowsArgs& a, int index, cudaStre
   LAB_CUDA_TRY(device_sm_count(&sms));
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed, auto staged) {
+    return dispatch_tune_shape<T>(index, [&](auto tpr, auto ept, auto block, auto packed, auto staged, auto lean) {
       if (a.cols > int64_t{decltype(tpr)::value} * decltype(ept)::value) return cudaErrorInvalidValue;
+      if constexpr (decltype(lean)::value) {
+        if (lean_rows(a)) {
+          return launch_lean<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value>(a, stream);
+        }
+      }
       return launch_grid<T, decltype(tpr)::value, decltype(ept)::value, decltype(block)::value, false,
                          decltype(packed)::value, decltype(staged)::value>(a, sms, stream);
     });

@@ -181,12 +181,14 @@ class BlockShape(NamedTuple):
     block: int
     packed: bool  # 16-bit elements held two to a register (else as floats); False for float32
     staged: bool  # the row's packs copied to shared memory by cp.async first, then read from there
+    lean: bool = False  # the straight-line kernel (aligned rows of 32-bit offsets; else the shape's own kernel)
 
     def holds(self, n: int) -> bool:
         return n <= self.threads * self.elems
 
     def label(self) -> str:
-        return f"{self.threads}x{self.elems}/{self.block}{'P' if self.packed else ''}{'S' if self.staged else ''}"
+        flags = ("P" if self.packed else "") + ("S" if self.staged else "") + ("L" if self.lean else "")
+        return f"{self.threads}x{self.elems}/{self.block}{flags}"
 
 
 BLOCK_SHAPE_FIELDS = len(BlockShape._fields)

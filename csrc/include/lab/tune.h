@@ -91,8 +91,8 @@ bool register_cached_rows_ragged(const RowsArgs& args);
 // register_cached's shapes compiled for tuning (register_cached.cu): *flat points at kTuneShapeFields
 // ints per shape for `dtype`: threads per row, elements per thread, threads per block, packed (1: 16-bit
 // elements held two to a register, else as floats), staged (1: copied to shared memory by cp.async
-// first); returns how many shapes.
-constexpr int kTuneShapeFields = 5;
+// first), lean (1: the straight-line kernel where the rows allow it); returns how many shapes.
+constexpr int kTuneShapeFields = 6;
 int register_cached_tune_shapes(DType dtype, const int** flat);
 
 // register_cached with tuning shape `index` on a grid of one block per row group:
