@@ -618,43 +618,86 @@ def _launched_kernels(fn) -> list[str]:
 # are checked in each.
 SIXTEEN_BIT_FEW_ROWS = [
     (512, 256, 131072, "32, 16, 128, false, true, true, 0, true, {peeled}, false",
-     "32, 16, 128, false, true, true, 0, false, {peeled}, false"),
+     "32, 16, 128, false, true, true, 0, false, {peeled}, false", "32, 16, 128"),
     (1024, 256, 65536, "64, 16, 64, false, true, true, 32, true, {peeled}, false",
-     "64, 16, 64, false, true, true, 0, false, {peeled}, false"),
+     "64, 16, 64, false, true, true, 0, false, {peeled}, false", "32, 32, 32"),
     (2048, 256, 32768, "64, 32, 64, false, true, true, 32, false, true, true",
-     "64, 32, 64, false, true, true, 0, false, {peeled}, false"),
+     "64, 32, 64, false, true, true, 0, false, {peeled}, false", None),
 ]
+# The last field: the lean shape's template arguments (threads per row, elements per thread, block threads;
+# register_cached_lean_kernel), which takes the few rows where they are whole packs on 16-byte boundaries; None: none.
 FEW_ROWS = [
     (torch.bfloat16, 128, 512, 524288,
      "16, 8, 128, false, true, false, 0, false, {peeled}, false",
-     "8, 16, 128, false, true, true, 0, false, {peeled}, false"),
+     "8, 16, 128, false, true, true, 0, false, {peeled}, false", "16, 8, 128"),
     *[(dtype, *entry) for entry in SIXTEEN_BIT_FEW_ROWS for dtype in (torch.bfloat16, torch.float16)],
     (torch.float32, 1024, 256, 65536,
      "32, 32, 128, false, false, true, 0, false, {peeled}, false",
-     "64, 16, 64, false, false, false, 0, false, {peeled}, false"),
+     "64, 16, 64, false, false, false, 0, false, {peeled}, false", None),
 ]
 
 
-@pytest.mark.parametrize(("dtype", "n", "few", "many", "few_args", "many_args"), FEW_ROWS,
+def _one_element_in(x: torch.Tensor) -> torch.Tensor:
+    """x's values in a buffer one element into its storage: every row off its 16-byte boundary."""
+    view = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape)
+    view.copy_(x)
+    return view
+
+
+@pytest.mark.parametrize(("dtype", "n", "few", "many", "few_args", "many_args", "lean_args"), FEW_ROWS,
                          ids=[f"{dtype_name(f[0])}-{f[1]}" for f in FEW_ROWS])
-def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args):
-    """Where the few-rows shape's grid is resident all at once, cuda.register_cached launches it; with more
-    rows, the table's own shape. Both checked against float64, and the few-rows kernel also on the special
-    rows (NaN, +inf and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last
-    pack in 16 bits."""
+def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args, lean_args):
+    """Where the few-rows shape's grid is resident all at once, cuda.register_cached launches it (the lean shape
+    first, where the entry has one and the rows are whole packs on 16-byte boundaries); with more rows, the
+    table's own shape. All checked against float64, and the few-rows kernel also on the special rows (NaN, +inf
+    and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last pack in 16 bits."""
     special, labels = inputs.special_input(n - 4, dtype, "cuda")
-    for x, args, row_labels in ((inputs.make_input(Shape(few, n), dtype, "cuda"), few_args, None),
-                                (special, few_args, labels),
-                                (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None)):
+    aligned = inputs.make_input(Shape(few, n), dtype, "cuda")
+    cases = [(aligned, few_args, None, lean_args), (special, few_args, labels, None),
+             (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None)]
+    if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
+        cases.append((_one_element_in(aligned), few_args, None, None))
+    for x, args, row_labels, lean in cases:
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
         pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
         ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
-        kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args.format(peeled=peeled)}>"
+        if lean:
+            kernel = f"register_cached_lean_kernel<{_cuda_type(dtype)}, {lean}>"
+        else:
+            kernel = f"register_cached_softmax_kernel<{_cuda_type(dtype)}, {args.format(peeled=peeled)}>"
         assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
         assert res.ok, f"{what}: {res.summary()}"
+
+
+LEAN_ROWS = [(torch.float32, 512, "64, 8, 128"), (torch.bfloat16, 128, "16, 8, 128"),
+             (torch.float16, 512, "32, 16, 128"), (torch.bfloat16, 1024, "32, 32, 32")]
+
+
+@pytest.mark.parametrize(("dtype", "n", "lean"), LEAN_ROWS, ids=[f"{dtype_name(d)}-{n}" for d, n, _ in LEAN_ROWS])
+def test_register_cached_lean_rows(dtype, n, lean):
+    """The lean kernel on its rows: special values (NaN, +inf, -inf, an all -inf row) at N, row counts that leave a
+    block's last group without a row, a row stride past N, and an output of its own stride; checked against
+    float64. Into an output off its boundaries, the rows take the other kernels."""
+    kernel = f"register_cached_lean_kernel<{_cuda_type(dtype)}, {lean}>"
+    special, labels = inputs.special_input(n, dtype, "cuda")
+    cases = [(special, labels), *[(inputs.make_input(Shape(m, n), dtype, "cuda"), None) for m in (1, 3, 129, 1001)],
+             (inputs.make_input(Shape(77, n, n + 16), dtype, "cuda"), None)]
+    for x, row_labels in cases:
+        what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
+        names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
+        assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
+        res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
+        assert res.ok, f"{what}: {res.summary()}"
+    x = inputs.make_input(Shape(100, n), dtype, "cuda")
+    out = torch.empty(x.shape[0], n + 8, dtype=dtype, device="cuda")[:, :n]  # rows of its own stride
+    assert kernel.rstrip(">") in _register_cached_kernel(x, out), "into a strided output: the lean kernel"
+    assert check.compare(out, SOFTMAX.reference(x), dtype).ok
+    off = torch.full((x.numel() + 1,), math.nan, dtype=dtype, device="cuda")[1:].view(x.shape)
+    assert "lean" not in _register_cached_kernel(x, off), "into an output off its boundaries: not the lean kernel"
+    assert check.compare(off, SOFTMAX.reference(x), dtype).ok
 
 
 # Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape there and at 208),
@@ -691,15 +734,19 @@ def test_register_cached_peeled_rows(n, dtype):
         res = check.compare(out, SOFTMAX.reference(x), dtype)
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
     aligned = inputs.make_input(Shape(16, (n + pack - 1) // pack * pack), dtype, "cuda")
-    peeled, shared_row = _register_cached_kernel(aligned).split(", ")[-2:]
-    assert peeled == shared_row, "aligned rows: a PEELED kernel (only a shared row's kernel is PEELED for every row)"
+    if "lean" not in _register_cached_kernel(aligned):  # the lean kernel takes only such rows, and has no PEELED form
+        peeled, shared_row = _register_cached_kernel(aligned).split(", ")[-2:]
+        assert peeled == shared_row, "aligned rows: a PEELED kernel (only a shared row's is PEELED for every row)"
     res = check.check(torch.ops.lab.register_cached, aligned, False, SOFTMAX.reference(aligned))
     assert res.ok, f"aligned rows of {aligned.shape[1]}: {res.summary()}"
 
 
-def _register_cached_kernel(t: torch.Tensor) -> str:
-    """The template arguments of the one kernel cuda.register_cached launches for t."""
-    names = [k for k in _launched_kernels(lambda: torch.ops.lab.register_cached(t)) if "register_cached" in k]
+def _register_cached_kernel(t: torch.Tensor, out: torch.Tensor | None = None) -> str:
+    """The template arguments of the one kernel cuda.register_cached launches for t (into `out`, where given)."""
+    def run():
+        return torch.ops.lab.register_cached(t) if out is None else torch.ops.lab.register_cached.out(t, out=out)
+
+    names = [k for k in _launched_kernels(run) if "register_cached" in k]
     assert len(names) == 1, f"{Shape.of(t).label}: launched {names}"
     return names[0].split(">")[0]
 
@@ -707,9 +754,12 @@ def _register_cached_kernel(t: torch.Tensor) -> str:
 def _ragged_kernel(rows: int, n: int, dtype: torch.dtype) -> str:
     """The kernel that should take ragged rows x n: that of aligned rows of the length of the table entry that takes
     them (torch.ops.lab_tune.register_cached_ragged), PEELED where that entry peels (the next to last template
-    argument; the last is the shared row's)."""
+    argument; the last is the shared row's). The aligned rows are written into an output off its boundaries, which
+    the lean kernel does not take, as it takes no ragged rows."""
     entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
-    args = _register_cached_kernel(inputs.make_input(Shape(rows, entry), dtype, "cuda")).split(", ")
+    twin = inputs.make_input(Shape(rows, entry), dtype, "cuda")
+    off = torch.empty(twin.numel() + 1, dtype=dtype, device="cuda")[1:].view(twin.shape)
+    args = _register_cached_kernel(twin, off).split(", ")
     args[-2] = "true" if peeled else "false"
     return ", ".join(args)
 

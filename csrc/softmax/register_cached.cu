@@ -119,6 +119,14 @@ struct FewRowsShape {
   bool shared_exps = false;  // the exponentials kept in shared memory for the write (16-bit only)
   bool shared_row = false;   // staged packs read from shared memory for each pass, not held in registers (16-bit)
 };
+// A lean shape (threads_per_row 0: none): register_cached_lean_kernel, taken before the few-rows shape for rows it
+// takes (lean_rows: whole 16-byte packs from 16-byte boundaries in x and y, 32-bit offsets) where its grid is
+// resident all at once, as the few-rows shape is (on the table's grid or on one block per row group asked for).
+struct LeanShape {
+  int threads_per_row = 0;
+  int elems_per_thread = 0;
+  int block = 0;
+};
 struct RowShape {
   int max_cols;
   int threads_per_row;
@@ -127,6 +135,7 @@ struct RowShape {
   bool staged;  // whole packs copied to shared memory by cp.async, then read (one block per row group only)
   FewRowsShape few = {};
   bool peel = true;  // rows off 16-byte boundaries on the PEELED kernels (else element by element); see below
+  LeanShape lean = {};
 };
 // peel: in one device call (scripts/ab.sh, interleaved rounds, results/h200/experiments/ab_peeled_rows_4d1f008_*.txt;
 // time element by element / peeled, above 1: the peel is faster) the peel won from float32 N = 65 (1.03) and
@@ -160,7 +169,7 @@ struct RowShape {
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false}, {64, 16, 4, false, false, {}, false}, {128, 16, 8, false, false},
-    {208, 32, 8, false, false},   {256, 32, 8, false, false},     {512, 64, 8, false, false},
+    {208, 32, 8, false, false},   {256, 32, 8, false, false},     {512, 64, 8, false, false, {}, true, {64, 8, 128}},
     {1024, 64, 16, false, false, {32, 32, true}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
@@ -211,9 +220,11 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 208; 4096x197 read 0.96 in rounds that overlapped (6.40-6.88 against 6.42-6.50 us). float32 has the same entry
 // with the 256 entry's shape (the tables keep one entry per length), the same kernels.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false, true},      {64, 4, 16, false, true},       {128, 8, 16, false, true, {16, 8, false}},
-    {208, 8, 32, false, false},    {256, 16, 16, false, true},    {512, 32, 16, false, true, {32, 16, true, 0, true}},
-    {1024, 64, 16, false, true, {64, 16, true, 32, true}},
+    {32, 2, 16, false, true},      {64, 4, 16, false, true},
+    {128, 8, 16, false, true, {16, 8, false}, true, {16, 8, 128}},
+    {208, 8, 32, false, false},    {256, 16, 16, false, true},
+    {512, 32, 16, false, true, {32, 16, true, 0, true}, true, {32, 16, 128}},
+    {1024, 64, 16, false, true, {64, 16, true, 32, true}, true, {32, 32, 32}},
     {2048, 64, 32, false, true, {64, 32, true, 32, false, true}},
     {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
@@ -247,6 +258,13 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
                                    (f.shared_row && (pack != 8 || !f.staged || f.shared_exps || !s.peel)))) {
       return false;  // the few-rows shape is a group holding the entry's rows in whole packs, beside an
                      // entry of one block per row group (the launcher's persistent < 0 and 0)
+    }
+    const LeanShape& l = s.lean;
+    if (l.threads_per_row != 0 &&
+        (s.persistent || int64_t{l.threads_per_row} * l.elems_per_thread < s.max_cols ||
+         l.elems_per_thread % pack != 0 || !power_of_two_group(l.threads_per_row) || l.block % l.threads_per_row != 0 ||
+         l.block % 32 != 0 || l.block > 1024)) {
+      return false;  // the lean shape holds the entry's rows in whole packs, in blocks of whole groups and warps
     }
   }
   return true;
@@ -655,7 +673,7 @@ struct BlockShape {
   int block;
   bool packed = true;
   bool staged = false;
-  bool lean = false;  // lean_softmax_kernel (below) where the rows allow it
+  bool lean = false;  // register_cached_lean_kernel (below) where the rows allow it
 };
 constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {8, 4, 128}, {2, 16, 128}, {4, 8, 64}, {4, 8, 256},                              // N <= 32
@@ -804,15 +822,22 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
   }
 }
 
-// LEAN (tuning shapes only): the straight-line kernel triton.multirow's compiler makes of the same layout, for rows
-// that allow it (lean_rows: whole 16-byte packs from 16-byte boundaries in x and y, offsets within 32 bits). One
-// block per row group and no loop over rows, no per-pack alignment tests and no element-by-element paths, the
-// loads first, the row held as floats with one exponential per element, and an approximate reciprocal
-// (__fdividef; the sum is at least 1, the max's own exponential). Asked: does that code, not the layout, make
-// Triton's kernel the shorter one (results/h200/experiments/group_blocks/)?
+// LEAN: the straight-line kernel triton.multirow's compiler makes, for rows that allow it (lean_rows: whole 16-byte
+// packs from 16-byte boundaries in x and y, offsets within 32 bits). One block per row group and no loop over rows,
+// no per-pack alignment tests and no element-by-element paths, the loads first, the row held as floats with one
+// exponential per element, and an approximate reciprocal (__fdividef; the sum is at least 1, the max's own
+// exponential). The table's lean shapes (RowShape.lean) take few such rows; the tuning shapes flagged lean too.
+// Why: at bfloat16 4096x512 triton.multirow's kernel in register_cached's own layouts was 3% shorter than
+// register_cached's (results/h200/experiments/group_blocks/: 162 SASS instructions against 359, its load issued 29
+// in against about 50). In this form (the bfloat16 64 x 8 / 128 kernel: 155 instructions, the load at 24), timed on
+// the H200 beside the table and QuACK (results/h200/experiments/lean_rows/, 7 rounds of 100 calls; us):
+// bfloat16 4096x512 32 x 16 / 128 lean 6.78 against the table's 7.02 and QuACK's 6.88; 4096x1024 32 x 32 / 32 lean
+// 8.45 against 8.56 and 8.59; 4096x128 16 x 8 / 128 lean 5.38 against 5.47 and 5.41; float32 4096x512 64 x 8 / 128
+// lean 8.29 against 8.42 and 8.32 (float32 4096x1024: 12.74, level with the table, so no lean shape there).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK)
-    lean_softmax_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int x_stride, int y_stride) {
+    register_cached_lean_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int x_stride,
+                                int y_stride) {
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
@@ -862,7 +887,7 @@ __global__ void __launch_bounds__(BLOCK)
   }
 }
 
-// Whether lean_softmax_kernel takes these rows: x's and y's rows whole 16-byte packs from 16-byte boundaries,
+// Whether register_cached_lean_kernel takes these rows: x's and y's rows whole 16-byte packs from 16-byte boundaries,
 // every offset within 32 bits.
 bool lean_rows(const RowsArgs& a) {
   const int bytes = elem_bytes(a.dtype);
@@ -878,7 +903,7 @@ template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
 cudaError_t launch_lean(const RowsArgs& a, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
   const auto grid = static_cast<unsigned>((a.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  lean_softmax_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK><<<grid, BLOCK, 0, stream>>>(
+  register_cached_lean_kernel<T, THREADS_PER_ROW, ELEMS, BLOCK><<<grid, BLOCK, 0, stream>>>(
       static_cast<const T*>(a.x), static_cast<T*>(a.y), static_cast<int>(a.rows), static_cast<int>(a.cols),
       static_cast<int>(a.x_row_stride), static_cast<int>(a.y_row_stride));
   LAB_LAUNCH_CHECK();
@@ -975,6 +1000,18 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
     const int64_t entry_cols = peeled ? ragged_entry(kRowShapes<T>, kPack<T>, a.cols, persistent).max_cols : a.cols;
     return dispatch_row_shape<T>(entry_cols, [&](auto index) {
       constexpr RowShape s = kRowShapes<T>[decltype(index)::value];
+      if constexpr (s.lean.threads_per_row > 0) {
+        constexpr LeanShape l = s.lean;
+        if (persistent != 1 && lean_rows(a)) {  // the table's grid, or one block per row group asked for
+          const auto kernel = register_cached_lean_kernel<T, l.threads_per_row, l.elems_per_thread, l.block>;
+          int per_sm = 0;
+          LAB_CUDA_TRY(resident_blocks_per_sm(kernel, l.block, &per_sm));
+          constexpr int kRowsPerBlock = l.block / l.threads_per_row;
+          if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
+            return launch_lean<T, l.threads_per_row, l.elems_per_thread, l.block>(a, stream);
+          }
+        }
+      }
       if constexpr (s.few.threads_per_row > 0) {
         // Few rows, on a grid of one block per row group (the table's choice or asked for): the few-rows
         // shape where its whole grid is resident at once (see FewRowsShape).
