@@ -38,6 +38,10 @@
 // reverted (results/h200/experiments/whole_rows_f1f2073/). The waves were what counted at 16-bit N = 1025 to 2048:
 // a few-rows shape that keeps the row in shared memory (SHARED_ROW) runs the tutorial's 4096 rows of 2048 in one
 // wave where the table's shape took 1.48, 4-5% faster on an H100 (results/h100-80gb-hbm3/experiments/shared_row/).
+// Few rows of whole 16-byte packs on 16-byte boundaries (16-bit N <= 128, 257-1024; float32 257-512) take a lean
+// kernel before any of these (RowShape.lean, register_cached_lean_kernel): straight-line code with the loads first
+// and one exponential per element, 1.5% ahead of QuACK at bfloat16 4096x512 and 4096x1024 in one H200 call
+// (results/h200/experiments/lean_rows/).
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
