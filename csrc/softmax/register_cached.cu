@@ -376,10 +376,8 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
   using Fragment = std::conditional_t<PACKED, uint32_t[PACKS][kPackWords], float[PACKS][K]>;
   constexpr int kBlock = BLOCK;
   constexpr int kRowsPerBlock = kBlock / THREADS_PER_ROW;
-  constexpr bool kWholeBlock = THREADS_PER_ROW > kWarpSize;
-  static_assert(!kWholeBlock || kBlock % THREADS_PER_ROW == 0, "block groups: whole groups in a block");
   // Block groups reduce each group on its own (several groups of 64 in a block of 128, say).
-  using Reduce = BlockAllReduce<float, kBlock, kWholeBlock ? THREADS_PER_ROW : kBlock>;
+  using Reduce = BlockAllReduce<float, kBlock, THREADS_PER_ROW>;  // each group on its own
   __shared__ typename Reduce::Storage storage;  // block groups only (a few words)
   static_assert(!(STAGED && PERSISTENT), "the persistent grid loads the next rows into registers instead");
   static_assert(!STAGED || PACKS * kBlock * kVecBytes <= kMaxStagedBytes, "staged copies past kMaxStagedBytes");
@@ -395,17 +393,9 @@ __global__ void __launch_bounds__(BLOCK, (kMinBlocks<T, ELEMS, BLOCK, PERSISTENT
                 "a shared row: staged packed packs on a grid of one block per row group, without shared exponentials");
   constexpr int kSlotRows = SHARED_EXPS ? 2 * PACKS : STAGED ? PACKS : 1;
   __shared__ uint4 stage[kSlotRows][STAGED || SHARED_EXPS ? kBlock : 1];
-  Reduce reduce(storage);
-
   // Every lane of a group (and, for warp groups, of the warp) takes part in the reductions, also
   // where its row is past the end: the loop bound is the same for the whole block.
-  const auto allreduce = [&](float v, auto op) {
-    if constexpr (kWholeBlock) {
-      return reduce(v, op);
-    } else {
-      return warp_allreduce<THREADS_PER_ROW>(v, op);
-    }
-  };
+  Reduce allreduce(storage);
   const int lane = threadIdx.x % THREADS_PER_ROW;
   const int64_t step = int64_t{gridDim.x} * kRowsPerBlock;
   // Pack k of this thread holds elements [(lane + k * THREADS_PER_ROW) * K, + K): neighbouring
@@ -845,17 +835,9 @@ __global__ void __launch_bounds__(BLOCK)
   constexpr int K = kPack<T>;
   constexpr int PACKS = ELEMS / K;
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
-  constexpr bool kBlockGroup = THREADS_PER_ROW > kWarpSize;
-  using Reduce = BlockAllReduce<float, BLOCK, kBlockGroup ? THREADS_PER_ROW : BLOCK>;
+  using Reduce = BlockAllReduce<float, BLOCK, THREADS_PER_ROW>;  // each group on its own
   __shared__ typename Reduce::Storage storage;  // block groups only
-  Reduce reduce(storage);
-  const auto allreduce = [&](float v, auto op) {
-    if constexpr (kBlockGroup) {
-      return reduce(v, op);
-    } else {
-      return warp_allreduce<THREADS_PER_ROW>(v, op);
-    }
-  };
+  Reduce allreduce(storage);
   const int lane = threadIdx.x % THREADS_PER_ROW;
   const int row = blockIdx.x * (BLOCK / THREADS_PER_ROW) + threadIdx.x / THREADS_PER_ROW;
   const bool valid = row < rows;  // a row past the end still takes part in the reductions

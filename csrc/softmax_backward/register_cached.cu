@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
   static_assert(PACKS * K == ELEMS, "whole 16-byte packs per thread");
   constexpr int kBlock = kBlockThreads<TPR>;
   constexpr int kRowsPerBlock = kBlock / TPR;
-  using Reduce = BlockAllReduce<float, kBlock>;
+  using Reduce = BlockAllReduce<float, kBlock, TPR>;  // a warp group by shuffles alone, a block group with the block
   __shared__ typename Reduce::Storage storage;  // block groups only
   Reduce reduce(storage);
   const int lane = threadIdx.x % TPR;
@@ -97,11 +97,7 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
       for (int j = 0; j < K; ++j) s += vd[k][j] * vy[k][j];
     }
     // Every lane of the group (and of the block, for block groups) reduces, also past the last row.
-    if constexpr (TPR > kWarpSize) {
-      s = reduce(s, SumOp{});
-    } else {
-      s = warp_allreduce<TPR>(s, SumOp{});
-    }
+    s = reduce(s, SumOp{});
     if (!valid) continue;
     T* out = dx + row * dx_stride;
     const bool wide = is_aligned(out);

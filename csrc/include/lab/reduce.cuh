@@ -147,8 +147,10 @@ constexpr int pow2_ceil(int n) { return n <= 1 ? 1 : 2 * pow2_ceil((n + 1) / 2);
 // warp stores the warp's partial, one barrier, then every warp reads all the partials and reduces
 // them with xor shuffles. Every lane of the block ends with the same bits: each lane combines the
 // same operands in the same order (the ops are commutative), so no broadcast step is needed.
-// GROUP < THREADS: the block holds THREADS / GROUP groups of GROUP threads (whole warps), each reduced on
-// its own (a warp reads its own group's partials only); the one barrier is still the block's.
+// GROUP < THREADS: the block holds THREADS / GROUP groups of GROUP threads, each reduced on its own: groups of
+// whole warps as above (a warp reads its own group's partials only; the one barrier is still the block's), and
+// groups of a warp or less by xor shuffles inside the group alone (warp_allreduce<GROUP>: no shared memory, no
+// barrier).
 // The partials alternate between two halves of the storage, call by call: a thread writes half p
 // again two calls later, after the barrier of the call between, and no thread reaches that barrier
 // before it has read half p. So no barrier guards the storage from the previous call's readers (the
@@ -159,10 +161,13 @@ template <typename V, int THREADS, int GROUP = THREADS>
 class BlockAllReduce {
  public:
   static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
-  static_assert(GROUP % kWarpSize == 0 && THREADS % GROUP == 0, "groups of whole warps that divide the block");
-  static_assert(GROUP == THREADS || pow2_ceil(GROUP / kWarpSize) == GROUP / kWarpSize,
-                "several groups in a block: a power-of-two count of warps each");
-  static constexpr int kWarps = GROUP / kWarpSize;  // per group
+  static_assert(GROUP >= 1 && THREADS % GROUP == 0, "groups that divide the block");
+  static_assert(GROUP <= kWarpSize ? pow2_ceil(GROUP) == GROUP
+                                   : GROUP % kWarpSize == 0 &&
+                                         (GROUP == THREADS || pow2_ceil(GROUP / kWarpSize) == GROUP / kWarpSize),
+                "a power-of-two group of at most a warp, or whole warps (a power-of-two count of them where several "
+                "groups share the block)");
+  static constexpr int kWarps = GROUP < kWarpSize ? 1 : GROUP / kWarpSize;  // per group
   // Lanes i and i + kWidth read the same partial: each group of kWidth lanes reduces all of them.
   static constexpr int kWidth = pow2_ceil(kWarps);
   struct Storage {
@@ -173,6 +178,7 @@ class BlockAllReduce {
 
   template <typename Op>
   __device__ __forceinline__ V operator()(V v, Op op) {
+    if constexpr (GROUP < kWarpSize) return warp_allreduce<GROUP>(v, op);
     v = warp_allreduce(v, op);
     if constexpr (kWarps == 1) {
       return v;
