@@ -873,18 +873,6 @@ __global__ void __launch_bounds__(BLOCK)
   }
 }
 
-// Whether register_cached_lean_kernel takes these rows: x's and y's rows whole 16-byte packs from 16-byte boundaries,
-// every offset within 32 bits.
-bool lean_rows(const RowsArgs& a) {
-  const int bytes = elem_bytes(a.dtype);
-  const auto aligned = [&](const void* p, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0 && (stride * bytes) % kVecBytes == 0;
-  };
-  const int64_t span = std::max(a.x_row_stride, a.y_row_stride);
-  return aligned(a.x, a.x_row_stride) && aligned(a.y, a.y_row_stride) && (a.cols * bytes) % kVecBytes == 0 &&
-         a.rows * std::max<int64_t>(span, a.cols) < INT_MAX;
-}
-
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
 cudaError_t launch_lean(const RowsArgs& a, cudaStream_t stream) {
   constexpr int kRowsPerBlock = BLOCK / THREADS_PER_ROW;
@@ -902,6 +890,14 @@ bool rows_ragged(const RowsArgs& a) {
   const int bytes = elem_bytes(a.dtype);
   return reinterpret_cast<uintptr_t>(a.x) % kVecBytes != 0 || (a.x_row_stride * bytes) % kVecBytes != 0 ||
          (a.cols * bytes) % kVecBytes != 0;
+}
+
+// Whether register_cached_lean_kernel takes these rows: x's rows not ragged, y's rows whole 16-byte packs from
+// 16-byte boundaries too, every offset within 32 bits.
+bool lean_rows(const RowsArgs& a) {
+  const int64_t span = std::max({a.x_row_stride, a.y_row_stride, a.cols});
+  return !rows_ragged(a) && reinterpret_cast<uintptr_t>(a.y) % kVecBytes == 0 &&
+         (a.y_row_stride * elem_bytes(a.dtype)) % kVecBytes == 0 && a.rows * span < INT_MAX;
 }
 
 // The table entry that takes ragged rows of `cols` elements (1 <= cols <= kMaxCols) on the grid `persistent` asks
