@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on an H200: scripts/ab.sh ab (A: the checkout; B: register_cached's direct 16-byte loads as plain
 # ld.global, LDG.E.128, where the const __restrict__ input compiles them to the read-only path, LDG.E.128.CONSTANT;
-# candidate files kept here as candidate_vec.cuh and candidate_register_cached.diff).
+# the candidate kept here as candidate_vec.diff and candidate_register_cached.diff).
 # Asked: triton.multirow's kernel (plain LDG.E.128) was 3% shorter than register_cached's in the same layout at
 # bfloat16 4096x512 (results/h200/experiments/group_blocks/); is the read-only load path part of that?
 set -uo pipefail
