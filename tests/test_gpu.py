@@ -637,11 +637,10 @@ FEW_ROWS = [
 ]
 
 
-def _one_element_in(x: torch.Tensor) -> torch.Tensor:
-    """x's values in a buffer one element into its storage: every row off its 16-byte boundary."""
-    view = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape)
-    view.copy_(x)
-    return view
+def _elements_in(like: torch.Tensor, k: int = 1) -> torch.Tensor:
+    """A NaN-filled tensor of like's shape and dtype, k elements into its buffer (k = 1: every row off its 16-byte
+    boundary): an output whose unwritten elements show, or, copied into, an input off its boundaries."""
+    return torch.full((like.numel() + k,), math.nan, dtype=like.dtype, device=like.device)[k:].view(like.shape)
 
 
 @pytest.mark.parametrize(("dtype", "n", "few", "many", "few_args", "many_args", "lean_args"), FEW_ROWS,
@@ -656,7 +655,7 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
     cases = [(aligned, few_args, None, lean_args), (special, few_args, labels, None),
              (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None)]
     if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
-        cases.append((_one_element_in(aligned), few_args, None, None))
+        cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None))
     for x, args, row_labels, lean in cases:
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
         names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
@@ -695,7 +694,7 @@ def test_register_cached_lean_rows(dtype, n, lean):
     out = torch.empty(x.shape[0], n + 8, dtype=dtype, device="cuda")[:, :n]  # rows of its own stride
     assert kernel.rstrip(">") in _register_cached_kernel(x, out), "into a strided output: the lean kernel"
     assert check.compare(out, SOFTMAX.reference(x), dtype).ok
-    off = torch.full((x.numel() + 1,), math.nan, dtype=dtype, device="cuda")[1:].view(x.shape)
+    off = _elements_in(x)
     assert "lean" not in _register_cached_kernel(x, off), "into an output off its boundaries: not the lean kernel"
     assert check.compare(off, SOFTMAX.reference(x), dtype).ok
 
@@ -729,7 +728,7 @@ def test_register_cached_peeled_rows(n, dtype):
             assert _register_cached_kernel(t) == expected, f"{label}: launched {_register_cached_kernel(t)}"
             res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t))
             assert res.ok, f"{label}: {res.summary()}"
-        out = torch.full((rows * n + 3,), math.nan, dtype=dtype, device="cuda")[3:].view(rows, n)
+        out = _elements_in(x, 3)
         torch.ops.lab.register_cached.out(x, out=out)
         res = check.compare(out, SOFTMAX.reference(x), dtype)
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} into an output off by other distances: {res.summary()}"
@@ -758,7 +757,7 @@ def _ragged_kernel(rows: int, n: int, dtype: torch.dtype) -> str:
     the lean kernel does not take, as it takes no ragged rows."""
     entry, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
     twin = inputs.make_input(Shape(rows, entry), dtype, "cuda")
-    off = torch.empty(twin.numel() + 1, dtype=dtype, device="cuda")[1:].view(twin.shape)
+    off = _elements_in(twin)
     args = _register_cached_kernel(twin, off).split(", ")
     args[-2] = "true" if peeled else "false"
     return ", ".join(args)

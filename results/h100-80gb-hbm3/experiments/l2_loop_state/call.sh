@@ -2,7 +2,8 @@
 # One device call: (1) ncu in the L2 state a timed call meets (scripts/profile.sh with PROFILE_CACHE=none: the
 # lab's L2 reset, a 256 MB write before every call, ncu's cache control off) at the weakest points of the 4c37e70
 # run, auto's kernel beside the variant that beat it there; (2) an A/B (scripts/ab.sh ab): every cp.async of
-# register_cached, cluster and tiled_rows with an L2::evict_first cache policy (ab/csrc/include/lab/async_copy.cuh, kept here as candidate_async_copy.diff).
+# register_cached, cluster and tiled_rows with an L2::evict_first cache policy (ab/csrc/include/lab/async_copy.cuh,
+# kept here as candidate_async_copy.diff).
 # Asked: does a timed call write back more of the flush's dirty lines in the lab's kernel than in the one that beat
 # it, and does marking the staged reads evict-first (their lines the first to go, not the flush's) shorten it?
 set -uo pipefail
