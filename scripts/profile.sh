@@ -21,17 +21,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-# ncu on the second launch of the kernel, with the given sections or set, around profile_point.py.
+# ncu on the kernel's launches after the first (LAUNCHES of them, default 1), with the given sections, set or
+# options, around profile_point.py and its POINT_ARGS.
 ncu_point() {
+  # shellcheck disable=SC2086  # POINT_ARGS: words for profile_point.py
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
-    --launch-count 1 "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" 2>&1
+    --launch-count "${LAUNCHES:-1}" "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" \
+    ${POINT_ARGS:-} 2>&1
 }
 if [ -n "${PROFILE_CACHE:-}" ]; then
   [ "$PROFILE_CACHE" = none ] || [ "$PROFILE_CACHE" = all ] || { echo "PROFILE_CACHE is none or all" >&2; exit 2; }
-  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none --cache-control "$PROFILE_CACHE" \
-    --replay-mode application --profile-from-start off -k "regex:$kernel" --launch-skip 1 --launch-count 4 \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum${PROFILE_METRICS:+,$PROFILE_METRICS} \
-    "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" --runs 6 --flush-mb 256 2>&1 |
+  LAUNCHES=4 POINT_ARGS="--runs 6 --flush-mb 256" ncu_point --cache-control "$PROFILE_CACHE" \
+    --replay-mode application --profile-from-start off \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum${PROFILE_METRICS:+,$PROFILE_METRICS} |
     grep -vE "^==PROF==|^\s*$|----" | sed -E 's/ {2,}/  /g' | cut -c1-220
   exit "${PIPESTATUS[0]}"
 fi
