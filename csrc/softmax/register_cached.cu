@@ -754,6 +754,16 @@ cudaError_t resident_blocks_per_sm(Kernel kernel, int block, int* per_sm) {
       [&](int* v) { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(v, kernel, block, 0); }, per_sm);
 }
 
+// Whether a grid of one block of `block` threads per `rows_per_block` of `rows` rows of `kernel` is resident all
+// at once on `sms` SMs (`resident`).
+template <typename Kernel>
+cudaError_t grid_resident(Kernel kernel, int block, int rows_per_block, int64_t rows, int sms, bool* resident) {
+  int per_sm = 0;
+  LAB_CUDA_TRY(resident_blocks_per_sm(kernel, block, &per_sm));
+  *resident = (rows + rows_per_block - 1) / rows_per_block <= int64_t{per_sm} * sms;
+  return cudaSuccess;
+}
+
 // Persistent grid: as many blocks as are resident at once (the occupancy calculator, times the
 // SMs), never more than the row groups; else one block per row group (up to the grid's limit).
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
@@ -985,13 +995,10 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
       if constexpr (s.lean.threads_per_row > 0) {
         constexpr LeanShape l = s.lean;
         if (persistent != 1 && lean_rows(a)) {  // the table's grid, or one block per row group asked for
-          const auto kernel = register_cached_lean_kernel<T, l.threads_per_row, l.elems_per_thread, l.block>;
-          int per_sm = 0;
-          LAB_CUDA_TRY(resident_blocks_per_sm(kernel, l.block, &per_sm));
-          constexpr int kRowsPerBlock = l.block / l.threads_per_row;
-          if ((a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms) {
-            return launch_lean<T, l.threads_per_row, l.elems_per_thread, l.block>(a, stream);
-          }
+          bool resident = false;
+          LAB_CUDA_TRY(grid_resident(register_cached_lean_kernel<T, l.threads_per_row, l.elems_per_thread, l.block>,
+                                     l.block, l.block / l.threads_per_row, a.rows, sms, &resident));
+          if (resident) return launch_lean<T, l.threads_per_row, l.elems_per_thread, l.block>(a, stream);
         }
       }
       if constexpr (s.few.threads_per_row > 0) {
@@ -1005,12 +1012,10 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
           // A shared row takes every row on its PEELED kernel (whole rows too: their edge is empty): the other
           // one, reading a partial last pack element by element, spilled at its 32 registers (8 bytes).
           constexpr bool kPeeled = decltype(peel)::value || f.shared_row;
-          int per_sm = 0;
-          LAB_CUDA_TRY(resident_blocks_per_sm(
+          LAB_CUDA_TRY(grid_resident(
               register_cached_softmax_kernel<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>,
                                              f.staged, f.registers, f.shared_exps, kPeeled, f.shared_row>,
-              kFewBlock, &per_sm));
-          *launched = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock <= int64_t{per_sm} * sms;
+              kFewBlock, kRowsPerBlock, a.rows, sms, launched));
           if (!*launched) return cudaSuccess;
           return launch_grid<T, f.threads_per_row, f.elems_per_thread, kFewBlock, false, kPacked<T>, f.staged,
                              f.registers, f.shared_exps, kPeeled, f.shared_row>(a, sms, stream);
