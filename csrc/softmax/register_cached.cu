@@ -680,8 +680,14 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     // triton.multirow's faster layouts at the tutorial's small tensors (below)
     {64, 8, 128}, {32, 16, 32}, {64, 16, 128}, {32, 32, 32},                         // N <= 512, 1024
     // lean
+    {8, 4, 128, true, false, true},                                                  // N <= 32
+    {16, 4, 128, true, false, true},                                                 // N <= 64
+    {32, 4, 128, true, false, true}, {16, 8, 128, true, false, true},               // N <= 128
+    {32, 8, 128, true, false, true}, {16, 16, 128, true, false, true},              // N <= 256
     {64, 8, 128, true, false, true}, {32, 16, 32, true, false, true},               // N <= 512
+    {32, 16, 128, true, false, true},                                                // N <= 512
     {64, 16, 64, true, false, true}, {32, 32, 128, true, false, true},              // N <= 1024
+    {64, 16, 128, true, false, true},                                                // N <= 1024
     // staged
     {32, 4, 128, true, true}, {16, 8, 128, true, true},                             // N <= 128
     {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
@@ -701,9 +707,13 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {64, 8, 128}, {64, 8, 128, true, true}, {64, 8, 128, false}, {32, 16, 32},       // N <= 512
     {32, 32, 32}, {64, 16, 128},                                                     // N <= 1024
     // lean (held as floats)
-    {16, 8, 128, false, false, true},                                                // N <= 128
+    {4, 8, 128, false, false, true},                                                 // N <= 32
+    {8, 8, 128, false, false, true},                                                 // N <= 64
+    {16, 8, 128, false, false, true}, {8, 16, 128, false, false, true},             // N <= 128
+    {32, 8, 128, false, false, true}, {16, 16, 128, false, false, true},            // N <= 256
     {64, 8, 128, false, false, true}, {32, 16, 128, false, false, true},            // N <= 512
-    {32, 32, 32, false, false, true},                                                // N <= 1024
+    {32, 32, 32, false, false, true}, {64, 16, 128, false, false, true},            // N <= 1024
+    {128, 8, 128, false, false, true}, {32, 32, 128, false, false, true},           // N <= 1024
     // held as floats
     {16, 8, 128, false}, {8, 16, 64, false},                                         // N <= 128
     {32, 16, 128, false}, {32, 16, 64, false}, {64, 8, 64, false},                   // N <= 512
