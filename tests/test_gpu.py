@@ -626,6 +626,8 @@ SIXTEEN_BIT_FEW_ROWS = [
 ]
 # The last field: the lean shape's template arguments (threads per row, elements per thread, block threads;
 # register_cached_lean_kernel), which takes the few rows where they are whole packs on 16-byte boundaries; None: none.
+# The many rows are written into an output off its boundaries, which no lean kernel takes (the many-rows lean
+# shapes: test_register_cached_lean_many_rows).
 FEW_ROWS = [
     (torch.bfloat16, 128, 512, 524288,
      "16, 8, 128, false, true, false, 0, false, {peeled}, false",
@@ -652,13 +654,20 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
     and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last pack in 16 bits."""
     special, labels = inputs.special_input(n - 4, dtype, "cuda")
     aligned = inputs.make_input(Shape(few, n), dtype, "cuda")
-    cases = [(aligned, few_args, None, lean_args), (special, few_args, labels, None),
-             (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None)]
+    cases = [(aligned, few_args, None, lean_args, None), (special, few_args, labels, None, None),
+             (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None, "off")]
     if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
-        cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None))
-    for x, args, row_labels, lean in cases:
+        cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None, None))
+    for x, args, row_labels, lean, out in cases:
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
-        names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
+        if out:  # into an output off its boundaries
+            out = _elements_in(x)
+            names = [k for k in _launched_kernels(lambda x=x, out=out: torch.ops.lab.register_cached.out(x, out=out))
+                     if "register_cached" in k]
+            assert check.compare(out, SOFTMAX.reference(x), dtype).ok, f"{what} into an output off its boundaries"
+        else:
+            names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x))
+                     if "register_cached" in k]
         pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
         ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
@@ -697,6 +706,43 @@ def test_register_cached_lean_rows(dtype, n, lean):
     off = _elements_in(x)
     assert "lean" not in _register_cached_kernel(x, off), "into an output off its boundaries: not the lean kernel"
     assert check.compare(off, SOFTMAX.reference(x), dtype).ok
+
+
+# register_cached.cu's many-rows lean shapes (RowShape.lean_many): (dtype, N, the kernel's template arguments), one
+# of the two 16-bit dtypes at each length (they share a table).
+LEAN_MANY_ROWS = [(torch.float32, 32, "8, 4, 128"), (torch.float32, 64, "16, 4, 128"),
+                  (torch.float32, 128, "32, 4, 128"), (torch.float32, 256, "32, 8, 128"),
+                  (torch.float32, 512, "64, 8, 128"), (torch.float32, 1024, "64, 16, 64"),
+                  (torch.bfloat16, 32, "4, 8, 128"), (torch.float16, 64, "8, 8, 128"),
+                  (torch.bfloat16, 128, "8, 16, 128"), (torch.float16, 256, "16, 16, 128"),
+                  (torch.bfloat16, 512, "32, 16, 128")]
+
+
+@pytest.mark.parametrize(("dtype", "n", "lean"), LEAN_MANY_ROWS,
+                         ids=[f"{dtype_name(d)}-{n}" for d, n, _ in LEAN_MANY_ROWS])
+def test_register_cached_lean_many_rows(dtype, n, lean):
+    """More rows than one wave of the lean kernel holds (an SM holds at most 2048 threads): the many-rows lean shape,
+    checked against float64 with the special rows (NaN, +inf, -inf, an all -inf row) last, in a last block that some
+    of its groups leave without a row; with a row stride past N too. Into an output off its boundaries, and with N
+    one pack shorter than a whole number of them plus an element (ragged rows), the rows take the other kernels."""
+    kernel = f"register_cached_lean_kernel<{_cuda_type(dtype)}, {lean}>"
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    rows = 2 * 2048 * sms // int(lean.split(",")[0]) + 3
+    special, labels = inputs.special_input(n, dtype, "cuda")
+    x = torch.cat([inputs.make_input(Shape(rows - special.shape[0], n), dtype, "cuda"), special])
+    row_labels = ["random"] * (rows - special.shape[0]) + labels
+    strided = inputs.make_input(Shape(rows, n, n + 16), dtype, "cuda")
+    for t, t_labels in ((x, row_labels), (strided, None)):
+        what = f"{dtype_name(dtype)} {Shape.of(t).label}"
+        assert kernel.rstrip(">") in _register_cached_kernel(t), f"{what}: launched {_register_cached_kernel(t)}"
+        res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t), row_labels=t_labels)
+        assert res.ok, f"{what}: {res.summary()}"
+    off = _elements_in(x)
+    assert "lean" not in _register_cached_kernel(x, off), "into an output off its boundaries: not the lean kernel"
+    assert check.compare(off, SOFTMAX.reference(x), dtype, row_labels).ok
+    ragged = inputs.make_input(Shape(rows, n - 1), dtype, "cuda")
+    assert "lean" not in _register_cached_kernel(ragged), "ragged rows: not the lean kernel"
+    assert check.check(torch.ops.lab.register_cached, ragged, False, SOFTMAX.reference(ragged)).ok
 
 
 # Odd N on both sides of every power of two from 32 to 16384 (register_cached's table changes shape there and at 208),

@@ -41,7 +41,9 @@
 // Few rows of whole 16-byte packs on 16-byte boundaries (16-bit N <= 128, 257-1024; float32 257-512) take a lean
 // kernel before any of these (RowShape.lean, register_cached_lean_kernel): straight-line code with the loads first
 // and one exponential per element, 1.5% ahead of QuACK at bfloat16 4096x512 and 4096x1024 in one H200 call
-// (results/h200/experiments/lean_rows/).
+// (results/h200/experiments/lean_rows/). Many such rows (more than one wave) take it too at N <= 128 and 209-512,
+// and float32 513-1024 (RowShape.lean_many): 0.1-0.7% ahead of the table's shapes at those lengths of the fixed
+// sweep's 64M elements (results/h200/experiments/lean_many_rows/).
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
@@ -126,6 +128,9 @@ struct FewRowsShape {
 // A lean shape (threads_per_row 0: none): register_cached_lean_kernel, taken before the few-rows shape for rows it
 // takes (lean_rows: whole 16-byte packs from 16-byte boundaries in x and y, 32-bit offsets) where its grid is
 // resident all at once, as the few-rows shape is (on the table's grid or on one block per row group asked for).
+// A many-rows lean shape (RowShape.lean_many) takes such rows where its grid is not resident all at once (more
+// than one wave); rows between the two (the few-rows lean shape's grid not resident, the many-rows one's resident)
+// take the entry's other shapes.
 struct LeanShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
@@ -139,7 +144,8 @@ struct RowShape {
   bool staged;  // whole packs copied to shared memory by cp.async, then read (one block per row group only)
   FewRowsShape few = {};
   bool peel = true;  // rows off 16-byte boundaries on the PEELED kernels (else element by element); see below
-  LeanShape lean = {};
+  LeanShape lean = {};       // few rows (its grid resident at once)
+  LeanShape lean_many = {};  // many rows (its grid more than one wave)
 };
 // peel: in one device call (scripts/ab.sh, interleaved rounds, results/h200/experiments/ab_peeled_rows_4d1f008_*.txt;
 // time element by element / peeled, above 1: the peel is faster) the peel won from float32 N = 65 (1.03) and
@@ -171,10 +177,20 @@ struct RowShape {
 // 0.3 us of the others), fixed 2097152x32 99.3 -> 100.1% of a copy (QuACK 100.4), 1048576x64 98.7 -> 99.6
 // (torch.compile 99.6), 65536x1024 97.9 -> 99.1 (128 x 8: 99.5, but 2.4% behind the table at the
 // tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
+// Many rows of whole packs (RowShape.lean_many) then took the lean kernel at N = 32 to 256, 512 and 1024: in one
+// device call (scripts/tune_register_cached.py --sweep fixed, results/h200/experiments/lean_many_rows/, 7 rounds of
+// 50 calls; us, the lean shape against the table, blocks of 128 but where marked) 2097152x32 8 x 4 129.58 against
+// 129.97, 1048576x64 16 x 4 129.55 against 130.05, 524288x128 32 x 4 129.49 against 130.43, 262144x256 32 x 8 130.98
+// against 131.17, 131072x512 64 x 8 130.66 against 130.91, 65536x1024 64 x 16 / 64 129.82 against 130.10. The 208
+// entry (N = 129-208) was not timed there and has none.
 constexpr RowShape kRowShapes32[] = {  // float32
-    {32, 8, 4, false, false, {}, false}, {64, 16, 4, false, false, {}, false}, {128, 16, 8, false, false},
-    {208, 32, 8, false, false},   {256, 32, 8, false, false},     {512, 64, 8, false, false, {}, true, {64, 8, 128}},
-    {1024, 64, 16, false, false, {32, 32, true}},
+    {32, 8, 4, false, false, {}, false, {}, {8, 4, 128}},
+    {64, 16, 4, false, false, {}, false, {}, {16, 4, 128}},
+    {128, 16, 8, false, false, {}, true, {}, {32, 4, 128}},
+    {208, 32, 8, false, false},
+    {256, 32, 8, false, false, {}, true, {}, {32, 8, 128}},
+    {512, 64, 8, false, false, {}, true, {64, 8, 128}, {64, 8, 128}},
+    {1024, 64, 16, false, false, {32, 32, true}, true, {}, {64, 16, 64}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -223,11 +239,17 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // 1.04, 262144x225 (ragged rows on the entry of their whole packs) 1.04, but 151296x224 0.98, so the entry ends at
 // 208; 4096x197 read 0.96 in rounds that overlapped (6.40-6.88 against 6.42-6.50 us). float32 has the same entry
 // with the 256 entry's shape (the tables keep one entry per length), the same kernels.
+// Many 16-bit rows of whole packs (RowShape.lean_many) then took the lean kernel at N = 32 to 512 (the same call,
+// bfloat16, blocks of 128): 2097152x32 4 x 8 67.95 against the table's 68.21 (QuACK 90.83), 1048576x64 8 x 8 68.26
+// against 68.51 (QuACK 68.11), 524288x128 8 x 16 68.70 against 68.90, 262144x256 16 x 16 68.37 against 68.54,
+// 131072x512 32 x 16 68.82 against 68.91; at 65536x1024 the lean 64 x 16 was level with the table (68.45), so none.
 constexpr RowShape kRowShapes16[] = {
-    {32, 2, 16, false, true},      {64, 4, 16, false, true},
-    {128, 8, 16, false, true, {16, 8, false}, true, {16, 8, 128}},
-    {208, 8, 32, false, false},    {256, 16, 16, false, true},
-    {512, 32, 16, false, true, {32, 16, true, 0, true}, true, {32, 16, 128}},
+    {32, 2, 16, false, true, {}, true, {}, {4, 8, 128}},
+    {64, 4, 16, false, true, {}, true, {}, {8, 8, 128}},
+    {128, 8, 16, false, true, {16, 8, false}, true, {16, 8, 128}, {8, 16, 128}},
+    {208, 8, 32, false, false},
+    {256, 16, 16, false, true, {}, true, {}, {16, 16, 128}},
+    {512, 32, 16, false, true, {32, 16, true, 0, true}, true, {32, 16, 128}, {32, 16, 128}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}, true, {32, 32, 32}},
     {2048, 64, 32, false, true, {64, 32, true, 32, false, true}},
     {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
@@ -263,12 +285,13 @@ constexpr bool row_shapes_hold(const RowShape (&table)[kShapes], int pack) {
       return false;  // the few-rows shape is a group holding the entry's rows in whole packs, beside an
                      // entry of one block per row group (the launcher's persistent < 0 and 0)
     }
-    const LeanShape& l = s.lean;
-    if (l.threads_per_row != 0 &&
-        (s.persistent || int64_t{l.threads_per_row} * l.elems_per_thread < s.max_cols ||
-         l.elems_per_thread % pack != 0 || !power_of_two_group(l.threads_per_row) || l.block % l.threads_per_row != 0 ||
-         l.block % 32 != 0 || l.block > 1024)) {
-      return false;  // the lean shape holds the entry's rows in whole packs, in blocks of whole groups and warps
+    for (const LeanShape& l : {s.lean, s.lean_many}) {
+      if (l.threads_per_row != 0 &&
+          (s.persistent || int64_t{l.threads_per_row} * l.elems_per_thread < s.max_cols ||
+           l.elems_per_thread % pack != 0 || !power_of_two_group(l.threads_per_row) ||
+           l.block % l.threads_per_row != 0 || l.block % 32 != 0 || l.block > 1024)) {
+        return false;  // a lean shape holds the entry's rows in whole packs, in blocks of whole groups and warps
+      }
     }
   }
   return true;
@@ -681,7 +704,8 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {64, 8, 128}, {32, 16, 32}, {64, 16, 128}, {32, 32, 32},                         // N <= 512, 1024
     // lean
     {8, 4, 128, true, false, true},                                                  // N <= 32
-    {16, 4, 128, true, false, true},                                                 // N <= 64
+    {16, 4, 128, true, false, true}, {8, 8, 128, true, false, true},                // N <= 64
+    {16, 4, 256, true, false, true},                                                 // N <= 64
     {32, 4, 128, true, false, true}, {16, 8, 128, true, false, true},               // N <= 128
     {32, 8, 128, true, false, true}, {16, 16, 128, true, false, true},              // N <= 256
     {64, 8, 128, true, false, true}, {32, 16, 32, true, false, true},               // N <= 512
@@ -708,7 +732,8 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 32, 32}, {64, 16, 128},                                                     // N <= 1024
     // lean (held as floats)
     {4, 8, 128, false, false, true},                                                 // N <= 32
-    {8, 8, 128, false, false, true},                                                 // N <= 64
+    {8, 8, 128, false, false, true}, {4, 16, 128, false, false, true},              // N <= 64
+    {8, 8, 256, false, false, true}, {8, 8, 64, false, false, true},                // N <= 64
     {16, 8, 128, false, false, true}, {8, 16, 128, false, false, true},             // N <= 128
     {32, 8, 128, false, false, true}, {16, 16, 128, false, false, true},            // N <= 256
     {64, 8, 128, false, false, true}, {32, 16, 128, false, false, true},            // N <= 512
@@ -1002,13 +1027,20 @@ cudaError_t softmax_register_cached_with(const RowsArgs& a, int persistent, cuda
     const int64_t entry_cols = peeled ? ragged_entry(kRowShapes<T>, kPack<T>, a.cols, persistent).max_cols : a.cols;
     return dispatch_row_shape<T>(entry_cols, [&](auto index) {
       constexpr RowShape s = kRowShapes<T>[decltype(index)::value];
-      if constexpr (s.lean.threads_per_row > 0) {
-        constexpr LeanShape l = s.lean;
-        if (persistent != 1 && lean_rows(a)) {  // the table's grid, or one block per row group asked for
+      if (persistent != 1 && lean_rows(a)) {  // the table's grid, or one block per row group asked for
+        if constexpr (s.lean.threads_per_row > 0) {  // few rows
+          constexpr LeanShape l = s.lean;
           bool resident = false;
           LAB_CUDA_TRY(grid_resident(register_cached_lean_kernel<T, l.threads_per_row, l.elems_per_thread, l.block>,
                                      l.block, l.block / l.threads_per_row, a.rows, sms, &resident));
           if (resident) return launch_lean<T, l.threads_per_row, l.elems_per_thread, l.block>(a, stream);
+        }
+        if constexpr (s.lean_many.threads_per_row > 0) {  // many rows
+          constexpr LeanShape l = s.lean_many;
+          bool resident = false;
+          LAB_CUDA_TRY(grid_resident(register_cached_lean_kernel<T, l.threads_per_row, l.elems_per_thread, l.block>,
+                                     l.block, l.block / l.threads_per_row, a.rows, sms, &resident));
+          if (!resident) return launch_lean<T, l.threads_per_row, l.elems_per_thread, l.block>(a, stream);
         }
       }
       if constexpr (s.few.threads_per_row > 0) {
