@@ -711,7 +711,9 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {64, 8, 128, true, false, true}, {32, 16, 32, true, false, true},               // N <= 512
     {32, 16, 128, true, false, true},                                                // N <= 512
     {64, 16, 64, true, false, true}, {32, 32, 128, true, false, true},              // N <= 1024
-    {64, 16, 128, true, false, true},                                                // N <= 1024
+    {64, 16, 128, true, false, true}, {32, 32, 32, true, false, true},              // N <= 1024
+    {64, 32, 64, true, false, true}, {128, 16, 128, true, false, true},             // N <= 2048
+    {128, 32, 128, true, false, true}, {256, 16, 256, true, false, true},           // N <= 4096
     // staged
     {32, 4, 128, true, true}, {16, 8, 128, true, true},                             // N <= 128
     {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
@@ -739,6 +741,9 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {64, 8, 128, false, false, true}, {32, 16, 128, false, false, true},            // N <= 512
     {32, 32, 32, false, false, true}, {64, 16, 128, false, false, true},            // N <= 1024
     {128, 8, 128, false, false, true}, {32, 32, 128, false, false, true},           // N <= 1024
+    {64, 32, 64, false, false, true}, {128, 16, 128, false, false, true},           // N <= 2048
+    {256, 8, 256, false, false, true},                                               // N <= 2048
+    {128, 32, 128, false, false, true}, {256, 16, 256, false, false, true},         // N <= 4096
     // held as floats
     {16, 8, 128, false}, {8, 16, 64, false},                                         // N <= 128
     {32, 16, 128, false}, {32, 16, 64, false}, {64, 8, 64, false},                   // N <= 512
