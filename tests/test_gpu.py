@@ -620,7 +620,7 @@ SIXTEEN_BIT_FEW_ROWS = [
     (512, 256, 131072, "32, 16, 128, false, true, true, 0, true, {peeled}, false",
      "32, 16, 128, false, true, true, 0, false, {peeled}, false", "32, 16, 128"),
     (1024, 256, 65536, "64, 16, 64, false, true, true, 32, true, {peeled}, false",
-     "64, 16, 64, false, true, true, 0, false, {peeled}, false", "32, 32, 32"),
+     "64, 16, 64, false, true, true, 0, false, {peeled}, false", "64, 16, 128"),
     (2048, 256, 32768, "64, 32, 64, false, true, true, 32, false, true, true",
      "64, 32, 64, false, true, true, 0, false, {peeled}, false", None),
 ]
@@ -631,11 +631,11 @@ SIXTEEN_BIT_FEW_ROWS = [
 FEW_ROWS = [
     (torch.bfloat16, 128, 512, 524288,
      "16, 8, 128, false, true, false, 0, false, {peeled}, false",
-     "8, 16, 128, false, true, true, 0, false, {peeled}, false", "16, 8, 128"),
+     "8, 16, 128, false, true, true, 0, false, {peeled}, false", "8, 16, 128"),
     *[(dtype, *entry) for entry in SIXTEEN_BIT_FEW_ROWS for dtype in (torch.bfloat16, torch.float16)],
     (torch.float32, 1024, 256, 65536,
      "32, 32, 128, false, false, true, 0, false, {peeled}, false",
-     "64, 16, 64, false, false, false, 0, false, {peeled}, false", None),
+     "64, 16, 64, false, false, false, 0, false, {peeled}, false", "32, 32, 128"),
 ]
 
 
@@ -651,10 +651,12 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
     """Where the few-rows shape's grid is resident all at once, cuda.register_cached launches it (the lean shape
     first, where the entry has one and the rows are whole packs on 16-byte boundaries); with more rows, the
     table's own shape. All checked against float64, and the few-rows kernel also on the special rows (NaN, +inf
-    and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last pack in 16 bits."""
+    and -inf entries, an all -inf row) of N - 4 elements: the same entry, a partial last pack in 16 bits (in float32
+    whole packs, which the lean shape takes where the entry has one)."""
     special, labels = inputs.special_input(n - 4, dtype, "cuda")
     aligned = inputs.make_input(Shape(few, n), dtype, "cuda")
-    cases = [(aligned, few_args, None, lean_args, None), (special, few_args, labels, None, None),
+    special_lean = lean_args if (n - 4) * aligned.element_size() % 16 == 0 else None  # float32's are whole packs
+    cases = [(aligned, few_args, None, lean_args, None), (special, few_args, labels, special_lean, None),
              (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None, "off")]
     if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
         cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None, None))
@@ -680,8 +682,9 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
         assert res.ok, f"{what}: {res.summary()}"
 
 
-LEAN_ROWS = [(torch.float32, 512, "64, 8, 128"), (torch.bfloat16, 128, "16, 8, 128"),
-             (torch.float16, 512, "32, 16, 128"), (torch.bfloat16, 1024, "32, 32, 32")]
+LEAN_ROWS = [(torch.float32, 512, "64, 8, 128"), (torch.bfloat16, 128, "8, 16, 128"),
+             (torch.float16, 512, "32, 16, 128"), (torch.bfloat16, 1024, "64, 16, 128"),
+             (torch.float32, 128, "32, 4, 128"), (torch.float32, 1024, "32, 32, 128")]
 
 
 @pytest.mark.parametrize(("dtype", "n", "lean"), LEAN_ROWS, ids=[f"{dtype_name(d)}-{n}" for d, n, _ in LEAN_ROWS])

@@ -38,7 +38,7 @@
 // reverted (results/h200/experiments/whole_rows_f1f2073/). The waves were what counted at 16-bit N = 1025 to 2048:
 // a few-rows shape that keeps the row in shared memory (SHARED_ROW) runs the tutorial's 4096 rows of 2048 in one
 // wave where the table's shape took 1.48, 4-5% faster on an H100 (results/h100-80gb-hbm3/experiments/shared_row/).
-// Few rows of whole 16-byte packs on 16-byte boundaries (16-bit N <= 128, 257-1024; float32 257-512) take a lean
+// Few rows of whole 16-byte packs on 16-byte boundaries (N = 65-128 and 257-1024, every dtype) take a lean
 // kernel before any of these (RowShape.lean, register_cached_lean_kernel): straight-line code with the loads first
 // and one exponential per element, 1.5% ahead of QuACK at bfloat16 4096x512 and 4096x1024 in one H200 call
 // (results/h200/experiments/lean_rows/). Many such rows (more than one wave) take it too at N <= 128 and 209-512,
@@ -183,14 +183,17 @@ struct RowShape {
 // 129.97, 1048576x64 16 x 4 129.55 against 130.05, 524288x128 32 x 4 129.49 against 130.43, 262144x256 32 x 8 130.98
 // against 131.17, 131072x512 64 x 8 130.66 against 130.91, 65536x1024 64 x 16 / 64 129.82 against 130.10. The 208
 // entry (N = 129-208) was not timed there and has none.
+// Few rows of 128 and 1024 then took lean shapes too: at the tutorial's 4096 rows (results/h200/experiments/
+// lean_tutorial/, 9 rounds of 100 calls; us) 4096x128 32 x 4 / 128 5.49 against the table's 5.57 (QuACK 5.50),
+// 4096x1024 32 x 32 / 128 12.13 against 12.34 (QuACK 12.13).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false, {}, {8, 4, 128}},
     {64, 16, 4, false, false, {}, false, {}, {16, 4, 128}},
-    {128, 16, 8, false, false, {}, true, {}, {32, 4, 128}},
+    {128, 16, 8, false, false, {}, true, {32, 4, 128}, {32, 4, 128}},
     {208, 32, 8, false, false},
     {256, 32, 8, false, false, {}, true, {}, {32, 8, 128}},
     {512, 64, 8, false, false, {}, true, {64, 8, 128}, {64, 8, 128}},
-    {1024, 64, 16, false, false, {32, 32, true}, true, {}, {64, 16, 64}},
+    {1024, 64, 16, false, false, {32, 32, true}, true, {32, 32, 128}, {64, 16, 64}},
     {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -243,14 +246,17 @@ constexpr RowShape kRowShapes32[] = {  // float32
 // bfloat16, blocks of 128): 2097152x32 4 x 8 67.95 against the table's 68.21 (QuACK 90.83), 1048576x64 8 x 8 68.26
 // against 68.51 (QuACK 68.11), 524288x128 8 x 16 68.70 against 68.90, 262144x256 16 x 16 68.37 against 68.54,
 // 131072x512 32 x 16 68.82 against 68.91; at 65536x1024 the lean 64 x 16 was level with the table (68.45), so none.
+// The few-rows lean shapes of 128 and 1024 then went to 8 x 16 / 128 and 64 x 16 / 128: at the tutorial's 4096 rows
+// (results/h200/experiments/lean_tutorial/, 9 rounds of 100 calls; us) 4096x128 5.52 against 16 x 8's 5.57 (QuACK
+// 5.52), 4096x1024 8.51 against 32 x 32 / 32's 8.64 (QuACK 8.69).
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true, {}, true, {}, {4, 8, 128}},
     {64, 4, 16, false, true, {}, true, {}, {8, 8, 128}},
-    {128, 8, 16, false, true, {16, 8, false}, true, {16, 8, 128}, {8, 16, 128}},
+    {128, 8, 16, false, true, {16, 8, false}, true, {8, 16, 128}, {8, 16, 128}},
     {208, 8, 32, false, false},
     {256, 16, 16, false, true, {}, true, {}, {16, 16, 128}},
     {512, 32, 16, false, true, {32, 16, true, 0, true}, true, {32, 16, 128}, {32, 16, 128}},
-    {1024, 64, 16, false, true, {64, 16, true, 32, true}, true, {32, 32, 32}},
+    {1024, 64, 16, false, true, {64, 16, true, 32, true}, true, {64, 16, 128}},
     {2048, 64, 32, false, true, {64, 32, true, 32, false, true}},
     {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
