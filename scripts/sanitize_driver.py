@@ -32,16 +32,16 @@ if not torch.cuda.is_available():
 # wider buffer; the small M here); 20000x100 and 9000x600 are rows enough for its table's
 # own shapes there, in blocks of 128 and one block per row. The lean shapes (register_cached_lean_kernel) take few
 # rows of whole 16-byte packs: 5x120, 4x400, 3x776 (every dtype), 5x300 (float32); many such rows (more than one
-# wave), 40000x64 and 30000x256 (every dtype), 20000x100 and 9000x600 (float32). Contiguous rows of odd N (3001,
-# 12001, 16383, 100003, 131071, 262147) take cluster's tables for shifted rows (cluster_plan: 1 to 16 CTAs, float32
-# 262147 on a persistent grid, bfloat16 262147 streamed), 600001 its streaming path.
+# wave), 40000x64 and 30000x256 (every dtype), 20000x100, 9000x600 and 1300x4096 (float32). Contiguous rows of odd N
+# (3001, 12001, 16383, 100003, 131071, 262147) take cluster's tables for shifted rows (cluster_plan: 1 to 16 CTAs,
+# float32 262147 on a persistent grid, bfloat16 262147 streamed), 600001 its streaming path.
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3, 700), Shape(4, 1025),
           Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
           Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001), Shape(300, 3001, 3005),
           Shape(20000, 100), Shape(9000, 600), Shape(3, 16383), Shape(2, 131071), Shape(20000, 200), Shape(9, 200),
           Shape(3, 2000), Shape(2, 2047, 2051), Shape(5, 120), Shape(4, 400), Shape(3, 776),
-          Shape(40000, 64), Shape(30000, 256)]
+          Shape(40000, 64), Shape(30000, 256), Shape(1300, 4096)]
 
 # The other operators: their own edge shapes (vector lengths for vector_add).
 CASES = {"softmax": SHAPES}

@@ -716,6 +716,7 @@ def test_register_cached_lean_rows(dtype, n, lean):
 LEAN_MANY_ROWS = [(torch.float32, 32, "8, 4, 128"), (torch.float32, 64, "16, 4, 128"),
                   (torch.float32, 128, "32, 4, 128"), (torch.float32, 256, "32, 8, 128"),
                   (torch.float32, 512, "64, 8, 128"), (torch.float32, 1024, "64, 16, 64"),
+                  (torch.float32, 4096, "128, 32, 128"),
                   (torch.bfloat16, 32, "4, 8, 128"), (torch.float16, 64, "8, 8, 128"),
                   (torch.bfloat16, 128, "8, 16, 128"), (torch.float16, 256, "16, 16, 128"),
                   (torch.bfloat16, 512, "32, 16, 128")]

@@ -42,8 +42,8 @@
 // kernel before any of these (RowShape.lean, register_cached_lean_kernel): straight-line code with the loads first
 // and one exponential per element, 1.5% ahead of QuACK at bfloat16 4096x512 and 4096x1024 in one H200 call
 // (results/h200/experiments/lean_rows/). Many such rows (more than one wave) take it too at N <= 128 and 209-512,
-// and float32 513-1024 (RowShape.lean_many): 0.1-0.7% ahead of the table's shapes at those lengths of the fixed
-// sweep's 64M elements (results/h200/experiments/lean_many_rows/).
+// and float32 513-1024 and 2049-4096 (RowShape.lean_many): 0.1-0.9% ahead of the table's shapes at those lengths of
+// the fixed sweep (results/h200/experiments/lean_many_rows/, lean_4096/).
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
@@ -186,6 +186,9 @@ struct RowShape {
 // Few rows of 128 and 1024 then took lean shapes too: at the tutorial's 4096 rows (results/h200/experiments/
 // lean_tutorial/, 9 rounds of 100 calls; us) 4096x128 32 x 4 / 128 5.49 against the table's 5.57 (QuACK 5.50),
 // 4096x1024 32 x 32 / 128 12.13 against 12.34 (QuACK 12.13).
+// Many rows of 4096 then took 128 x 32 / 128 lean: at the fixed sweep's 16384x4096 (results/h200/experiments/
+// lean_4096/, 9 rounds of 50 calls) 132.40 us against the table's 133.55 and triton.fused's 133.34; at the tutorial's
+// 4096x4096 (more than one wave too) 36.86 against 37.10. In 16 bits it was not ahead (69.84 against 69.68).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false, {}, {8, 4, 128}},
     {64, 16, 4, false, false, {}, false, {}, {16, 4, 128}},
@@ -194,7 +197,8 @@ constexpr RowShape kRowShapes32[] = {  // float32
     {256, 32, 8, false, false, {}, true, {}, {32, 8, 128}},
     {512, 64, 8, false, false, {}, true, {64, 8, 128}, {64, 8, 128}},
     {1024, 64, 16, false, false, {32, 32, true}, true, {32, 32, 128}, {64, 16, 64}},
-    {2048, 64, 32, false, false}, {4096, 256, 16, false, false},  {8192, 512, 16, false, false},
+    {2048, 64, 32, false, false}, {4096, 256, 16, false, false, {}, true, {}, {128, 32, 128}},
+    {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
 // float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
