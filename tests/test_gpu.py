@@ -727,8 +727,8 @@ LEAN_MANY_ROWS = [(torch.float32, 32, "8, 4, 128"), (torch.float32, 64, "16, 4, 
 def test_register_cached_lean_many_rows(dtype, n, lean):
     """More rows than one wave of the lean kernel holds (an SM holds at most 2048 threads): the many-rows lean shape,
     checked against float64 with the special rows (NaN, +inf, -inf, an all -inf row) last, in a last block that some
-    of its groups leave without a row; with a row stride past N too. Into an output off its boundaries, and with N
-    one pack shorter than a whole number of them plus an element (ragged rows), the rows take the other kernels."""
+    of its groups leave without a row; with a row stride past N too. Into an output off its boundaries, and as rows
+    of N - 1 elements (ragged: not a whole number of packs), the rows take the other kernels."""
     kernel = f"register_cached_lean_kernel<{_cuda_type(dtype)}, {lean}>"
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     rows = 2 * 2048 * sms // int(lean.split(",")[0]) + 3
