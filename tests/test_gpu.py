@@ -656,20 +656,16 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
     special, labels = inputs.special_input(n - 4, dtype, "cuda")
     aligned = inputs.make_input(Shape(few, n), dtype, "cuda")
     special_lean = lean_args if (n - 4) * aligned.element_size() % 16 == 0 else None  # float32's are whole packs
-    cases = [(aligned, few_args, None, lean_args, None), (special, few_args, labels, special_lean, None),
-             (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None, "off")]
+    cases = [(aligned, few_args, None, lean_args, False), (special, few_args, labels, special_lean, False),
+             (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None, True)]
     if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
-        cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None, None))
-    for x, args, row_labels, lean, out in cases:
+        cases.append((_elements_in(aligned).copy_(aligned), few_args, None, None, False))
+    for x, args, row_labels, lean, off_output in cases:
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
-        if out:  # into an output off its boundaries
-            out = _elements_in(x)
-            names = [k for k in _launched_kernels(lambda x=x, out=out: torch.ops.lab.register_cached.out(x, out=out))
-                     if "register_cached" in k]
+        out = _elements_in(x) if off_output else None  # into an output off its boundaries
+        names = _register_cached_launches(x, out)
+        if out is not None:
             assert check.compare(out, SOFTMAX.reference(x), dtype).ok, f"{what} into an output off its boundaries"
-        else:
-            names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x))
-                     if "register_cached" in k]
         pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
         ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
@@ -698,7 +694,7 @@ def test_register_cached_lean_rows(dtype, n, lean):
              (inputs.make_input(Shape(77, n, n + 16), dtype, "cuda"), None)]
     for x, row_labels in cases:
         what = f"{dtype_name(dtype)} {Shape.of(x).label}{' special rows' if row_labels else ''}"
-        names = [k for k in _launched_kernels(lambda x=x: torch.ops.lab.register_cached(x)) if "register_cached" in k]
+        names = _register_cached_launches(x)
         assert len(names) == 1 and kernel in names[0], f"{what}: launched {names}"
         res = check.check(torch.ops.lab.register_cached, x, False, SOFTMAX.reference(x), row_labels=row_labels)
         assert res.ok, f"{what}: {res.summary()}"
@@ -790,12 +786,17 @@ def test_register_cached_peeled_rows(n, dtype):
     assert res.ok, f"aligned rows of {aligned.shape[1]}: {res.summary()}"
 
 
-def _register_cached_kernel(t: torch.Tensor, out: torch.Tensor | None = None) -> str:
-    """The template arguments of the one kernel cuda.register_cached launches for t (into `out`, where given)."""
+def _register_cached_launches(t: torch.Tensor, out: torch.Tensor | None = None) -> list[str]:
+    """The names of the kernels cuda.register_cached launches for t (into `out`, where given)."""
     def run():
         return torch.ops.lab.register_cached(t) if out is None else torch.ops.lab.register_cached.out(t, out=out)
 
-    names = [k for k in _launched_kernels(run) if "register_cached" in k]
+    return [k for k in _launched_kernels(run) if "register_cached" in k]
+
+
+def _register_cached_kernel(t: torch.Tensor, out: torch.Tensor | None = None) -> str:
+    """The template arguments of the one kernel cuda.register_cached launches for t (into `out`, where given)."""
+    names = _register_cached_launches(t, out)
     assert len(names) == 1, f"{Shape.of(t).label}: launched {names}"
     return names[0].split(">")[0]
 
