@@ -15,7 +15,14 @@ import sys
 import torch
 
 from lab import check, operators
-from lab.backends.cuda_variants import AUTO, CUDA_OPS, cluster_shapes, load_extension, register_cached_shapes
+from lab.backends.cuda_variants import (
+    AUTO,
+    CUDA_OPS,
+    cluster_shapes,
+    cluster_thresholds,
+    load_extension,
+    register_cached_shapes,
+)
 from lab.inputs import Shape
 
 load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
@@ -122,6 +129,20 @@ if "softmax" in wanted and only("cuda.register_cached"):
                 run_checked(op, "register_cached peeled", torch.ops.lab.register_cached, Shape(rows, n), dtype)
                 ran += 1
     print(f"softmax register_cached peeled rows: ran {ran} shape and dtype cases", flush=True)
+
+
+# cluster's launch-table entries for many rows (min_rows in cluster.cu), which the shapes above, a few rows each, never
+# reach: at each row length where the plan for 1024 rows differs from the plan for few, 1024 rows of it.
+if "softmax" in wanted and only("cuda.cluster"):
+    op = operators.get("softmax")
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n in cluster_thresholds(dtype):
+            few, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024))
+            if few != many:
+                run_checked(op, "cluster many rows", torch.ops.lab.cluster, Shape(1024, n), dtype)
+                ran += 1
+    print(f"softmax cluster entries for many rows: ran {ran} shape and dtype cases", flush=True)
 
 
 # tiled_rows' tiles: contiguous rows of odd N, whose tiles start at every distance from a 16-byte boundary, over

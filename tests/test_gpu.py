@@ -233,15 +233,19 @@ def test_cluster_stagger_changes_no_result(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
 def test_cluster_plan_for_many_rows(dtype):
     """Where the launch table has an entry for many rows (min_rows in cluster.cu), that entry runs: at
-    each row length the plan changes with the rows, 4096 rows of it and of the length just above the
-    previous entry (bitwise against the tuned op with the same shape and cluster)."""
+    each row length the plan changes with the rows, the plan changes once, at a power of two of rows, and
+    4096 rows of it run that entry (bitwise against the tuned op with the same shape and cluster)."""
     cuda_variants.load_extension()
     checked = 0
     for n in cuda_variants.cluster_thresholds(dtype):
         few, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 4096))
         if few == many:
             continue
-        assert list(torch.ops.lab_tune.cluster_plan(n, dtype, 4095)) == few, "the entry starts at 4096 rows"
+        counts = {*range(1, 2**20, 97), *(2**k + d for k in range(21) for d in (-1, 0))}
+        plans = {rows: list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in counts}
+        start = min(rows for rows, plan in plans.items() if plan == many)
+        assert start & (start - 1) == 0, f"N={n}: the entry for many rows starts at {start} rows, not a power of two"
+        assert all(plan == (many if rows >= start else few) for rows, plan in plans.items()), (n, start)
         x = inputs.make_input(Shape(4096, n), dtype, "cuda")
         y = torch.ops.lab.cluster(x)
         assert torch.equal(y, torch.ops.lab_tune.cluster(x, many[0], many[1], bool(many[2]), many[3], many[4]))

@@ -202,6 +202,14 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 //   Rows of up to 28671 elements keep 512 x 64 on 1 (27648: level, 113.46 us each). Checked with the entry split
 //   there: 4096x28672 96.9 / 95.6, 4096x32768 96.7 / 96.1, but 256x32768 90.4 / 91.6, where the first call had 90.8 /
 //   90.0 (256 rows flip between calls).
+// Then bfloat16 rows of exactly 32768 elements, 1024 rows or more, went to 256 x 64 packed and staged one row ahead
+// (cp.async into shared memory, as QuACK loads) on 2 CTAs, one cluster per row, the same stagger: in interleaved
+// rounds beside QuACK 0.6.5 (results/h200/experiments/cluster_lean/, us) 4096x32768 134.02 and 133.34 in two calls
+// against the entry's 135.02 and 134.48 (QuACK 134.05 and 133.50), 1024x32768 38.64 against 39.38 (QuACK 37.54).
+// It lost wherever the slices are not whole (4096x30720 127.90 against 126.14, 4096x28672 123.04 against 117.25), at
+// 256 rows (15.12 against 14.34), and at N = 65536 on 4 CTAs (1024 rows 73.55 against 70.38): the other lengths keep
+// their entries. The same calls timed a lean float32-register kernel (one exponential per element, where the packed
+// path computes two; branch wip/cluster-lean), behind or level with the packed entries at every long row.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -226,6 +234,8 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {8192, 18, 1, false},
     {16384, 18, 2, false},
     {28671, 26, 1, false},
+    {32767, 18, 4, false, 0, {4, 500}},
+    {32768, 21, 2, false, 1024, {4, 500}},
     {32768, 18, 4, false, 0, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
     {131072, 26, 4, false, 0, {6, 1000}},
