@@ -132,15 +132,24 @@ if "softmax" in wanted and only("cuda.register_cached"):
 
 
 # cluster's launch-table entries for many rows (min_rows in cluster.cu), which the shapes above, a few rows each, never
-# reach: at each row length where the plan for 1024 rows differs from the plan for few, 1024 rows of it.
+# reach: at each row length where the plan for 4096 rows differs from the plan for few, that launch (its shape, cluster
+# and grid, through the tuning op) on 64 rows of it, and 1024 rows through the variant where the plan for 1024 rows
+# differs too (more rows cost the CPU's float64 reference and the sanitizers' slowdown, not coverage: the kernel is
+# the same).
 if "softmax" in wanted and only("cuda.cluster"):
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for n in cluster_thresholds(dtype):
-            few, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024))
-            if few != many:
-                run_checked(op, "cluster many rows", torch.ops.lab.cluster, Shape(1024, n), dtype)
+            few, some, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024, 4096))
+            if few == many:
+                continue
+            run_checked(op, f"cluster many rows {many}",
+                        lambda t, p=many: torch.ops.lab_tune.cluster(t, p[0], p[1], bool(p[2]), p[3], p[4]),
+                        Shape(64, n), dtype)
+            ran += 1
+            if some != few:
+                run_checked(op, "cluster 1024 rows", torch.ops.lab.cluster, Shape(1024, n), dtype)
                 ran += 1
     print(f"softmax cluster entries for many rows: ran {ran} shape and dtype cases", flush=True)
 

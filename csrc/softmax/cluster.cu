@@ -89,6 +89,9 @@ constexpr ResidentShape kResidentShapes[] = {
     // 128 threads holding 128 elements: a 16384-element slice (a 262144-element row over 16 CTAs) in
     // smaller CTAs than 256 x 64, more of them resident per SM (see the plans).
     {128, 128, 0, true}, {128, 128, 0},
+    // Packed and staged one row ahead in 128-thread CTAs: the staging QuACK's kernel uses (cp.async into shared memory,
+    // then registers), in the CTA shapes the plan takes from N = 32768 up.
+    {128, 64, 1, true}, {128, 128, 1, true},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
@@ -208,7 +211,11 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // against the entry's 135.02 and 134.48 (QuACK 134.05 and 133.50), 1024x32768 38.64 against 39.38 (QuACK 37.54).
 // It lost wherever the slices are not whole (4096x30720 127.90 against 126.14, 4096x28672 123.04 against 117.25), at
 // 256 rows (15.12 against 14.34), and at N = 65536 on 4 CTAs (1024 rows 73.55 against 70.38): the other lengths keep
-// their entries. The same calls timed a lean float32-register kernel (one exponential per element, where the packed
+// their entries. Then the same staging in 128-thread CTAs (shapes 33 and 34, call4/ there): rows of exactly 65536
+// elements, 4096 rows or more, took 128 x 64 packed and staged on 8 CTAs, 260.64 us at 4096x65536 against the entry's
+// 262.72 (QuACK 260.51); at 1024 rows the two were level (70.93 against 70.80), and 1024 rows keep the entry. No
+// other length moved: 128 x 128 staged was level at 4096x131072 (517.31 against 517.41) and behind at N = 262144.
+// The same calls timed a lean float32-register kernel (one exponential per element, where the packed
 // path computes two; branch wip/cluster-lean), behind or level with the packed entries at every long row.
 struct PlanEntry {
   int64_t max_cols;
@@ -237,6 +244,8 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {32767, 18, 4, false, 0, {4, 500}},
     {32768, 21, 2, false, 1024, {4, 500}},
     {32768, 18, 4, false, 0, {4, 500}},
+    {65535, 18, 8, false, 0, {4, 500}},
+    {65536, 33, 8, false, 4096, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
     {131072, 26, 4, false, 0, {6, 1000}},
     {262144, 31, 16, false, 0, {6, 1000}},

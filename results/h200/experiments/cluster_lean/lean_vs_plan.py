@@ -3,8 +3,8 @@ cluster per row) at every lean shape and cluster size that splits the row exactl
 (the launch table's choice), QuACK where installed, and a copy of the same bytes, in the same interleaved rounds
 (7 rounds; the L2 flushed before every call). Each configuration is checked against float64 first; each lean one is
 timed with no stagger and with the table entry's. EXTRA="INDEX:CLUSTER ..." adds resident shapes (by their index in
-torch.ops.lab_tune.cluster_shapes) launched one cluster per row with the entry's stagger, where the slice fits;
-NO_LEAN=1 leaves the lean shapes out.
+torch.ops.lab_tune.cluster_shapes) launched one cluster per row with the entry's stagger, where the slice fits
+and fills a quarter of the shape or more; NO_LEAN=1 leaves the lean shapes out.
 
     PYTHONPATH=$PWD python results/h200/experiments/cluster_lean/lean_vs_plan.py bfloat16 4096x32768 1024x65536 ...
 """
@@ -63,7 +63,9 @@ def main(argv: list[str]) -> int:
         for spec in os.environ.get("EXTRA", "").split():
             i, c = map(int, spec.split(":"))
             s = shapes[i]
-            if not s.runs(dtype) or getattr(s, "lean", False) or -(-shape.n // c) > s.threads * s.elems:
+            slice_elems = -(-shape.n // c)
+            held = s.threads * s.elems
+            if not s.runs(dtype) or getattr(s, "lean", False) or not held / 4 <= slice_elems <= held:
                 continue
 
             def run(t, i=i, c=c, g=plan[3], ns=plan[4]):

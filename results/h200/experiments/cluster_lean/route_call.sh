@@ -14,5 +14,5 @@ python -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_dispatch.py
   tests/test_cluster_rows.py -k "cluster or auto or stagger" 2>&1 | tail -4 | tee $OUT/gpu_tests_route.txt
 bash scripts/sanitize.sh build/sanitizer --op softmax --variant cuda.cluster --variant cuda.auto 2>&1 |
   tee $OUT/sanitize_route.txt
-bash scripts/sanitize.sh build/sanitizer_staged --op softmax --tuning-shapes-only --tuning-label 256x64s1P 2>&1 |
+bash scripts/sanitize.sh build/sanitizer_staged --op softmax --tuning-shapes-only --tuning-label 256x64s1P --tuning-label 128x64s1P --tuning-label 128x128s1P 2>&1 |
   tee $OUT/sanitize_staged.txt
