@@ -2,8 +2,7 @@
 # After bfloat16 rows of 32768 elements, 1024 rows or more, took 256 x 64 packed and staged on 2 CTAs (cluster.cu,
 # kPlan16): the build carried (.labso), the peers' first half kept in /tmp/peers (.peersA) for the calls after it,
 # the GPU tests of cluster and auto, the four sanitizers over cuda.cluster's and cuda.auto's whole variant path
-# (1024 rows of 32768 among its shapes) and over the staged shape's tuning launches, and the new entry timed in
-# interleaved rounds beside QuACK where the peers are installed (they are not, in this call).
+# (each entry for many rows among its shapes) and over the staged shapes' tuning launches.
 set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
 grep -q H200 $OUT/gpu.txt || [ "${ANY_GPU:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
