@@ -4,7 +4,9 @@ cluster per row) at every lean shape and cluster size that splits the row exactl
 (7 rounds; the L2 flushed before every call). Each configuration is checked against float64 first; each lean one is
 timed with no stagger and with the table entry's. EXTRA="INDEX:CLUSTER ..." adds resident shapes (by their index in
 torch.ops.lab_tune.cluster_shapes) launched one cluster per row with the entry's stagger, where the slice fits
-and fills a quarter of the shape or more; NO_LEAN=1 leaves the lean shapes out.
+and fills a quarter of the shape or more; NO_LEAN=1 leaves the lean shapes out. The lean shapes exist only in the
+build of the branch wip/cluster-lean (call1-3); on main's build, which has none, the script times the table, QuACK
+and the EXTRA shapes (call4).
 
     PYTHONPATH=$PWD python results/h200/experiments/cluster_lean/lean_vs_plan.py bfloat16 4096x32768 1024x65536 ...
 """
