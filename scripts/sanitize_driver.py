@@ -41,14 +41,19 @@ if not torch.cuda.is_available():
 # rows of whole 16-byte packs: 5x120, 4x400, 3x776 (every dtype), 5x300 (float32); many such rows (more than one
 # wave), 40000x64 and 30000x256 (every dtype), 20000x100, 9000x600 and 1300x4096 (float32). Contiguous rows of odd N
 # (3001, 12001, 16383, 100003, 131071, 262147) take cluster's tables for shifted rows (cluster_plan: 1 to 16 CTAs,
-# float32 262147 on a persistent grid, bfloat16 262147 streamed), 600001 its streaming path.
+# float32 262147 on a persistent grid, bfloat16 262147 streamed), 600001 its streaming path. The entries between
+# the sweeps' powers of two: register_cached's 1536 (3x1536 lean few rows, 6000x1536 lean many), 3072 and 6144
+# (1500x6144 lean many in 16 bits), cluster's 10240, 20480, 81920 and 151936 (float32 2 to 12 CTAs, bfloat16 3 to 10),
+# 524288 one cluster per row and bfloat16 1048576 resident on 16 CTAs.
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3, 700), Shape(4, 1025),
           Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
           Shape(2, 100003), Shape(2, 200000), Shape(2, 262147), Shape(1, 600001), Shape(300, 3001, 3005),
           Shape(20000, 100), Shape(9000, 600), Shape(3, 16383), Shape(2, 131071), Shape(20000, 200), Shape(9, 200),
           Shape(3, 2000), Shape(2, 2047, 2051), Shape(5, 120), Shape(4, 400), Shape(3, 776),
-          Shape(40000, 64), Shape(30000, 256), Shape(1300, 4096)]
+          Shape(40000, 64), Shape(30000, 256), Shape(1300, 4096),
+          Shape(3, 1536), Shape(6000, 1536), Shape(2, 3072), Shape(2, 6144), Shape(1500, 6144), Shape(2, 10240),
+          Shape(2, 20480), Shape(2, 81920), Shape(2, 151936), Shape(1, 524288), Shape(1, 1048576)]
 
 # The other operators: their own edge shapes (vector lengths for vector_add).
 CASES = {"softmax": SHAPES}

@@ -100,7 +100,7 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // the resident path, on a persistent grid and on one cluster per row, timed by
 // scripts/tune_cluster.py on the H200 at the row lengths of both sweeps (results/h200/tune.json);
 // each entry is the best mean percent of a copy over the sweeps that measured that length. The
-// 524288 entries were not measured (no sweep reaches them): they take the largest shape.
+// entries of 524288 and 1048576 were measured off the sweeps, with few rows (see the last paragraph).
 // Measured there: float32 loads straight into registers (stages 0) beat cp.async staging at every
 // length (e.g. N = 262144: 90-94% of a copy against 80-83%); bfloat16 is the other way round
 // (N = 65536: 81-87% staged against 60-64% direct): its registers hold floats, two per 4 bytes
@@ -217,6 +217,31 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // other length moved: 128 x 128 staged was level at 4096x131072 (517.31 against 517.41) and behind at N = 262144.
 // The same calls timed a lean float32-register kernel (one exponential per element, where the packed
 // path computes two; branch wip/cluster-lean), behind or level with the packed entries at every long row.
+// Then the lengths between the sweeps' powers of two. Timed beside QuACK 0.6.5 off the sweeps
+// (results/h200/experiments/offsweep_scan/, scan.txt: lab.auto / QuACK time), the table trailed by 8-31% at such
+// lengths: float32 4096x20480 218.6 against 167.3 us, 4096x24576 230.8 against 199.8, 64x524288 106.3 against 92.5;
+// bfloat16 4096x20480 93.4 against 86.1, 4096x40960 191.9 against 164.8, 2048x98304 222.6 against 197.2. An entry
+// whose cluster size suits its longest row leaves most of each CTA's slice empty at shorter rows (float32 20480 over
+// 8 CTAs of 256 x 16: 2560 of 4096 elements a CTA, 74% of a copy). Every entry's shape was timed there on cluster sizes
+// that fill it, one cluster per row with the entry's stagger, beside the table and a copy (lean_vs_plan.py;
+// cluster.txt of the H200's calls; % of a copy, the new entry's against the old):
+// - float32: 4096x10240 256 x 32 on 2, 98.4 against 79.1; 4096x12288 97.2 against 89.3 (256 x 16 on 3: 98.8,
+//   but only where the slice is whole); 128 x 32 on 8 from 16385 to 32768: 4096x18432 94.7 against 69.1 (on 6:
+//   97.8), 4096x20480 98.3 against 74.2, 4096x24576 97.5 against 83.0, 4096x28672 97.7 against 91.4, 4096x32768
+//   97.6 against 96.7, 1024x20480 97.1 against 74.5, 256x20480 93.4 against 77.6; 4096x40960 on 12, 98.2 against
+//   93.1 (4096x49152 stays on 16: 97.9 against 97.2 on 12); 512 x 32 filled on 5 and 6 CTAs: 2048x81920 98.6
+//   against 87.2, 2048x98304 98.2 against 93.7 (7, filled, at 114688: not timed); 128 x 128 on 12: 1024x151936
+//   98.8 against 92.7, 1024x163840 97.6 against 95.5. Rows of 524288 one cluster per row where the grid was
+//   persistent: 64 rows 71.4 against 65.1, 256 rows 79.1 against 76.4, 16 rows level (62.5 against 62.7).
+// - bfloat16: 128 x 64 packed on 3 from 16385 to 24576: 4096x18432 94.0 against 87.1, 4096x20480 96.7 against
+//   90.4, 4096x24576 97.2 against 96.5, 1024x20480 90.0 against 86.0, 256x20480 level (86.8 against 86.5); 4096x26624
+//   keeps 512 x 64 on 1 (97.5; 128 x 64 on 4 96.6). 128 x 64 packed filled on 5 and 6: 4096x40960 97.4 against 84.7
+//   (staged, 97.7), 4096x49152 96.9 against 93.3 (7, filled, at 57344: not timed). 128 x 128 packed on 6:
+//   2048x81920 96.7 against 76.9, 2048x98304 96.6 against 86.6; on 10: 1024x151936 95.5 against 77.0, 1024x163840
+//   96.7 against 81.4 (on 12: 86.2 and 89.7). Rows of 524288, 256 x 128 packed on 16, one cluster per row, where 512
+//   x 64 as floats was persistent: 16 rows 66.3 against 62.5, 64 rows 76.1 against 66.3, 256 rows 85.8 against
+//   72.4. Rows of 1048576, which streamed (two reads), on 512 x 128 packed over 16: 1 row 43.6 against 37.0 (13.20 us;
+//   QuACK 13.55 in scan.txt), 64 rows 64.9 against 63.6, 16 rows 55.1 against 56.4.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -229,27 +254,40 @@ constexpr PlanEntry kPlan32[] = {  // float32
     {2048, 12, 1, true},
     {4096, 12, 1, false},
     {8192, 14, 1, false},
+    {12288, 14, 2, false, 0, {4, 250}},
     {16384, 13, 4, false, 0, {4, 250}},
-    {32768, 13, 8, false, 0, {4, 500}},
+    {32768, 12, 8, false, 0, {4, 500}},
+    {40960, 12, 12, false, 0, {4, 500}},
     {65536, 12, 16, false, 0, {4, 500}},
+    {81920, 16, 5, false, 0, {4, 500}},
+    {98304, 16, 6, false, 0, {4, 500}},
+    {114688, 16, 7, false, 0, {4, 500}},
     {131072, 16, 8, false, 0, {4, 500}},
+    {196608, 32, 12, false, 0, {6, 1000}},
     {262144, 32, 16, false, 0, {6, 1000}},
-    {524288, 17, 16, true},
+    {524288, 17, 16, false},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {4096, 0, 1, true},
     {8192, 18, 1, false},
     {16384, 18, 2, false},
+    {24576, 18, 3, false},
     {28671, 26, 1, false},
     {32767, 18, 4, false, 0, {4, 500}},
     {32768, 21, 2, false, 1024, {4, 500}},
     {32768, 18, 4, false, 0, {4, 500}},
+    {40960, 18, 5, false, 0, {4, 500}},
+    {49152, 18, 6, false, 0, {4, 500}},
+    {57344, 18, 7, false, 0, {4, 500}},
     {65535, 18, 8, false, 0, {4, 500}},
     {65536, 33, 8, false, 4096, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
+    {98304, 31, 6, false, 0, {6, 1000}},
     {131072, 26, 4, false, 0, {6, 1000}},
+    {163840, 31, 10, false, 0, {6, 1000}},
     {262144, 31, 16, false, 0, {6, 1000}},
-    {524288, 11, 16, true},
+    {524288, 23, 16, false},
+    {1048576, 29, 16, false},
 };
 
 // Every entry's slice fits its shape: max_cols / cluster elements in threads x elems registers;

@@ -189,15 +189,34 @@ struct RowShape {
 // Many rows of 4096 then took 128 x 32 / 128 lean: at the fixed sweep's 16384x4096 (results/h200/experiments/
 // lean_4096/, 9 rounds of 50 calls) 132.40 us against the table's 133.55 and triton.fused's 133.34; at the tutorial's
 // 4096x4096 (more than one wave too) 36.86 against 37.10. In 16 bits it was not ahead (69.84 against 69.68).
+// Then lengths between the sweeps' powers of two, where a row fills 62-75% of its entry's shape. Beside QuACK 0.6.5
+// off the sweeps (results/h200/experiments/offsweep_scan/scan.txt, lab.auto against QuACK, us) the lab trailed at
+// bfloat16 4096x160 5.57 against 5.25, 4096x1536 11.95 against 10.80, 4096x3072 17.49 against 17.10, 4096x6144 31.12
+// against 30.27. Tuning shapes that hold 1536, 3072 and 6144 elements in whole packs were added and timed beside the
+// table (scripts/tune_register_cached.py, 7 rounds of 100 calls; tune.txt of the H200's calls there; us, the new
+// entry's shape against the table's): bfloat16 4096x1536 32 x 48 / 128 lean 10.85 against 11.84 (QuACK 10.66),
+// 32768x1536 64 x 24 / 64 lean 52.05 against 53.10 (QuACK 52.50), 4096x1280 10.11 against 11.65; 4096x3072 128 x 24
+// / 128 lean 17.38 against 18.34, 16384x3072 128 x 24 packed 52.26 against 52.43; 4096x6144 256 x 24 / 256 lean 29.18
+// against 30.34, 8192x6144 52.77 against 53.65; float32 4096x1536 64 x 24 / 64 lean 16.22 against 17.09 (QuACK
+// 17.15), 32768x1536 99.65 against 100.06, 4096x1280 14.53 against 15.36. float32 3072 and 6144, where the lab led
+// QuACK, take their next entry's shapes (the two tables keep one entry per length). The 208 entry took lean shapes
+// of 16 x 16 / 128: bfloat16 4096x160 5.22 against 5.57 (QuACK 5.23), 4096x192 5.38 against 5.70, 151296x160 30.22
+// against 30.83 (QuACK 33.76), 151296x192 32.29 against 32.90, 151296x200 34.21 against 35.30, 151296x208 34.88
+// against 35.57; float32 few rows 4096x160 6.40 against 6.53, 4096x192 6.50 against 6.72 (many rows level: 16 x 16
+// 51.73 against 51.52 at 151296x160, 65.41 against 65.34 at 151296x208; none taken).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false, {}, {8, 4, 128}},
     {64, 16, 4, false, false, {}, false, {}, {16, 4, 128}},
     {128, 16, 8, false, false, {}, true, {32, 4, 128}, {32, 4, 128}},
-    {208, 32, 8, false, false},
+    {208, 32, 8, false, false, {}, true, {16, 16, 128}},
     {256, 32, 8, false, false, {}, true, {}, {32, 8, 128}},
     {512, 64, 8, false, false, {}, true, {64, 8, 128}, {64, 8, 128}},
     {1024, 64, 16, false, false, {32, 32, true}, true, {32, 32, 128}, {64, 16, 64}},
-    {2048, 64, 32, false, false}, {4096, 256, 16, false, false, {}, true, {}, {128, 32, 128}},
+    {1536, 64, 24, false, false, {}, true, {64, 24, 64}, {64, 24, 64}},
+    {2048, 64, 32, false, false},
+    {3072, 256, 16, false, false, {}, true, {}, {128, 32, 128}},  // the 4096 entry's shapes (not timed at 3072)
+    {4096, 256, 16, false, false, {}, true, {}, {128, 32, 128}},
+    {6144, 512, 16, false, false},  // the 8192 entry's shape (not timed at 6144)
     {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
@@ -257,12 +276,16 @@ constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true, {}, true, {}, {4, 8, 128}},
     {64, 4, 16, false, true, {}, true, {}, {8, 8, 128}},
     {128, 8, 16, false, true, {16, 8, false}, true, {8, 16, 128}, {8, 16, 128}},
-    {208, 8, 32, false, false},
+    {208, 8, 32, false, false, {}, true, {16, 16, 128}, {16, 16, 128}},
     {256, 16, 16, false, true, {}, true, {}, {16, 16, 128}},
     {512, 32, 16, false, true, {32, 16, true, 0, true}, true, {32, 16, 128}, {32, 16, 128}},
     {1024, 64, 16, false, true, {64, 16, true, 32, true}, true, {64, 16, 128}},
+    {1536, 64, 24, false, true, {}, true, {32, 48, 128}, {64, 24, 64}},
     {2048, 64, 32, false, true, {64, 32, true, 32, false, true}},
-    {4096, 128, 32, false, false},  {8192, 256, 32, false, false},
+    {3072, 128, 24, false, false, {}, true, {128, 24, 128}},
+    {4096, 128, 32, false, false},
+    {6144, 256, 24, false, false, {}, true, {256, 24, 256}, {256, 24, 256}},
+    {8192, 256, 32, false, false},
     {16384, 512, 32, false, false},
 };
 constexpr int kShapes = sizeof(kRowShapes32) / sizeof(RowShape);
@@ -729,6 +752,9 @@ constexpr BlockShape kTuneShapes32[] = {  // float32: whole packs of 4
     {32, 16, 128, true, true}, {64, 8, 64, true, true},                             // N <= 512
     {32, 32, 128, true, true}, {64, 16, 64, true, true},                            // N <= 1024
     {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
+    // rows of 1536 held exactly (no pack past the end): straight, lean
+    {64, 24, 64}, {32, 48, 128}, {128, 12, 128},                                     // N <= 1536
+    {64, 24, 64, true, false, true}, {128, 12, 128, true, false, true},             // N <= 1536
 };
 constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs of 8
     {4, 8, 128}, {2, 16, 64}, {2, 16, 256},                                          // N <= 32
@@ -765,6 +791,13 @@ constexpr BlockShape kTuneShapes16[] = {  // float16 and bfloat16: whole packs o
     {32, 16, 128, true, true}, {32, 16, 64, true, true},                            // N <= 512
     {32, 32, 128, true, true}, {32, 32, 64, true, true}, {64, 16, 64, true, true},  // N <= 1024
     {32, 64, 128, true, true}, {64, 32, 64, true, true},                            // N <= 2048
+    // rows of 1536 held exactly (no pack past the end): packed, staged, lean
+    {32, 48, 128}, {64, 24, 64}, {64, 24, 128},                                      // N <= 1536
+    {32, 48, 128, true, true}, {64, 24, 64, true, true},                            // N <= 1536
+    {64, 24, 64, false, false, true}, {32, 48, 128, false, false, true},            // N <= 1536
+    // rows of 3072 and 6144 held exactly: packed, lean
+    {128, 24, 128}, {64, 48, 64}, {128, 24, 128, false, false, true}, {64, 48, 64, false, false, true},  // 3072
+    {256, 24, 256}, {128, 48, 128}, {256, 24, 256, false, false, true}, {128, 48, 128, false, false, true},  // 6144
 };
 template <typename T>
 constexpr const auto& tune_shapes() {
