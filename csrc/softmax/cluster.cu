@@ -38,7 +38,8 @@
 // rows of up to a pack less one element more (SHIFTED), where y's rows are as far past a boundary as x's,
 // the plan loads straight into registers and the longest shifted row is within the same plan entry: the
 // same one read and one write (see cluster_plan).
-// Rows that do not fit (N > 16 CTAs x the largest shape, 512K elements), and misaligned rows that cannot
+// Rows that do not fit (N past the plan's last entry: float32 512K elements, 16-bit 1M held packed, two to a
+// register, in 16 CTAs of 512 x 128), and misaligned rows that cannot
 // be shifted, take the streaming path: the same cluster split, but each CTA sweeps its slice
 // twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
 // mostly from L2 because a slice was read moments before.
