@@ -194,9 +194,16 @@ def test_64bit_indexing(v, big_input):
 
 
 def cluster_row_lengths() -> list[int]:
-    """Both sides of every power of two from 2^11 to 2^20: the plan's row-length thresholds are powers
-    of two (torch.ops.lab_tune.cluster_plan says which shape and cluster each length gets)."""
-    return sorted({n + d for k in range(11, 21) for n in (2**k,) for d in (-1, 0, 1)})
+    """Both sides of every power of two from 2^11 to 2^20 and of the end of every entry of the launch table, which
+    may lie between them (cuda_variants.cluster_thresholds, from torch.ops.lab_tune.cluster_plan, which says which
+    shape and cluster each length gets)."""
+    ends = {2**k for k in range(11, 21)}
+    try:
+        for dtype in DTYPES:
+            ends |= set(cuda_variants.cluster_thresholds(dtype))
+    except Exception:  # lab._C not built: cuda.cluster's own tests say so
+        pass
+    return sorted({n + d for n in ends for d in (-1, 0, 1) if n + d <= 2**20 + 1})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)

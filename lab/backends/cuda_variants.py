@@ -207,12 +207,36 @@ def register_cached_shapes(dtype: torch.dtype) -> list[BlockShape]:
 
 
 def cluster_thresholds(dtype: torch.dtype) -> list[int]:
-    """The longest row of each entry of cuda.cluster's launch table, found by asking the launcher's own
-    plan (torch.ops.lab_tune.cluster_plan) where it changes between powers of two."""
+    """The longest row of each entry of cuda.cluster's launch table (for any number of rows), and past the last
+    entry each length where the streaming path's cluster size grows, found by asking the launcher's own plan
+    (torch.ops.lab_tune.cluster_plan) where it changes: between each two powers of two from 2^5 to 2^21 where the
+    plans differ, bisected down to the last length of each plan. Entries end between powers of two too (float32
+    12288, bfloat16 24576). A length inside a stretch whose two ends share a plan is not looked at: the table's
+    neighbouring entries differ, so a plan does not come back after another."""
     load_extension()
+
+    def plan(n: int) -> list[int]:
+        return list(torch.ops.lab_tune.cluster_plan(n, dtype))
+
+    ends: list[int] = []
+
+    def split(lo: int, hi: int, at_lo: list[int], at_hi: list[int]) -> None:  # the plan changes in (lo, hi]
+        if hi - lo == 1:
+            ends.append(lo)
+            return
+        mid = (lo + hi) // 2
+        at_mid = plan(mid)
+        if at_mid != at_lo:
+            split(lo, mid, at_lo, at_mid)
+        if at_mid != at_hi:
+            split(mid, hi, at_mid, at_hi)
+
     lengths = [2**k for k in range(5, 22)]
-    plans = [list(torch.ops.lab_tune.cluster_plan(n, dtype)) for n in lengths]
-    return [n for n, a, b in zip(lengths, plans, plans[1:], strict=False) if a != b]
+    plans = [plan(n) for n in lengths]
+    for lo, hi, at_lo, at_hi in zip(lengths, lengths[1:], plans, plans[1:], strict=False):
+        if at_lo != at_hi:
+            split(lo, hi, at_lo, at_hi)
+    return ends
 
 
 def auto_thresholds(dtype: torch.dtype) -> list[int]:
@@ -292,7 +316,7 @@ CUDA_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("cluster", Traffic(1, 1),
               "row split across a thread-block cluster (1-16 CTAs, slices in registers, one DSMEM exchange), "
               "one cluster per row, the first wave started in staggered groups (or a persistent grid with "
-              "cp.async prefetch): 1 read, 1 write (2 reads past 512K elements)",
+              "cp.async prefetch): 1 read, 1 write (2 reads past 512K elements, 1M in 16 bits)",
               min_capability=(9, 0), needs="thread-block clusters", thresholds=cluster_thresholds),
     _register("grid_split", Traffic(1, 1),
               "few long rows spread over every SM: a cooperative grid (one CTA per SM), G = SMs / M CTAs per row, "
