@@ -223,6 +223,27 @@ def test_cluster_shapes_and_plans():
 
 
 @needs_extension
+def test_cluster_thresholds_are_every_entry_end():
+    """cuda_variants.cluster_thresholds (the lengths the GPU tests, the fuzzer and the sanitize driver run on both
+    sides of) finds every length where the plan changes, between powers of two too: a dense scan of lengths from 33
+    to 2^21 finds each length's plan equal to the plan of the next threshold at or above it, and different from the
+    plan of the length just past each threshold."""
+    for dtype in (torch.float32, torch.bfloat16):
+        ends = cuda_variants.cluster_thresholds(dtype)
+        assert ends == sorted(set(ends)) and any(e & (e - 1) for e in ends), (dtype, ends)  # some between powers of 2
+
+        def plan(n: int, dtype: torch.dtype = dtype) -> list[int]:
+            return list(torch.ops.lab_tune.cluster_plan(n, dtype))
+
+        for e in ends:
+            assert plan(e) != plan(e + 1), (dtype, e)
+        bounds = [*ends, 2**21]
+        for n in range(33, 2**21, 251):
+            upper = next(b for b in bounds if b >= n)
+            assert plan(n) == plan(upper), (dtype, n, upper)
+
+
+@needs_extension
 def test_cluster_shifted_plans():
     """Rows off 16-byte boundaries (cluster_plan's aligned=False) take the shifted rows' own tables: a shape that loads
     straight into registers and holds a row a pack less one element longer in `cluster` CTAs, or the streaming path
