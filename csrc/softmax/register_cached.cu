@@ -190,10 +190,10 @@ struct RowShape {
 // lean_4096/, 9 rounds of 50 calls) 132.40 us against the table's 133.55 and triton.fused's 133.34; at the tutorial's
 // 4096x4096 (more than one wave too) 36.86 against 37.10. In 16 bits it was not ahead (69.84 against 69.68).
 // Then lengths between the sweeps' powers of two, where a row fills 62-75% of its entry's shape. Beside QuACK 0.6.5
-// off the sweeps (results/h200/experiments/offsweep_scan/scan.txt, lab.auto against QuACK, us) the lab trailed at
+// off the sweeps (results/h200/experiments/offsweep_scan/call2/scan.txt, lab.auto against QuACK, us) the lab trailed at
 // bfloat16 4096x160 5.57 against 5.25, 4096x1536 11.95 against 10.80, 4096x3072 17.49 against 17.10, 4096x6144 31.12
 // against 30.27. Tuning shapes that hold 1536, 3072 and 6144 elements in whole packs were added and timed beside the
-// table (scripts/tune_register_cached.py, 7 rounds of 100 calls; tune.txt of the H200's calls there; us, the new
+// table (scripts/tune_register_cached.py, 7 rounds of 100 calls; call2/ and call3/tune.txt there; us, the new
 // entry's shape against the table's): bfloat16 4096x1536 32 x 48 / 128 lean 10.85 against 11.84 (QuACK 10.66),
 // 32768x1536 64 x 24 / 64 lean 52.05 against 53.10 (QuACK 52.50), 4096x1280 10.11 against 11.65; 4096x3072 128 x 24
 // / 128 lean 17.38 against 18.34, 16384x3072 128 x 24 packed 52.26 against 52.43; 4096x6144 256 x 24 / 256 lean 29.18
