@@ -143,6 +143,22 @@ def test_tiles_rule(installed_extension):
     assert "cuda.tiled_rows (table, then the tiles rule)" in text and "tiles rule: rows of 63 elements" in text, text
 
 
+def test_explain_says_how_full_a_cluster_slice_is(installed_extension):
+    """--explain where the table names cluster: its launch (shape, CTAs per row) and how full each CTA's slice is,
+    from the launcher's own plan (torch.ops.lab_tune.cluster_plan)."""
+    table = [record("cuda.cluster", 3000, n, 4096) for n in (16384, 32768, 65536)]
+    dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
+    shapes = cuda_variants.cluster_shapes()
+    for n in (20480, 32768, 40000):
+        text = "\n".join(dispatch.explain(4096, n, torch.float32))
+        shape, cluster, *_ = torch.ops.lab_tune.cluster_plan(n, torch.float32, 4096)
+        held = shapes[shape].threads * shapes[shape].elems
+        per_cta = -(-n // cluster)
+        assert f"cluster: {cluster} CTA(s) per row of {shapes[shape].threads} threads" in text, text
+        assert f"each CTA's slice: {per_cta} of the {held} elements its threads hold " \
+               f"({100 * per_cta / held:.0f}% full)" in text, text
+
+
 def test_explain_says_how_odd_rows_are_taken(installed_extension):
     """--explain on odd N where the table names cluster: the odd-rows rule and its reason up to register_cached's
     limit; past it, cluster's own plan for the shifted rows."""
