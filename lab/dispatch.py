@@ -330,10 +330,14 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
                          f"{'persistent grid' if persistent else 'one cluster per row'}"
                          + (f", the first wave's clusters started in {stagger_groups} groups {stagger_ns} ns apart"
                             if stagger_groups > 1 and stagger_ns > 0 else ""))
-            # How full each CTA's slice is: an entry's shape and cluster size suit its longest row, and a shorter one
-            # leaves registers, and the bytes they would keep in flight, unused (cluster.cu: between the powers of two).
+            # How full each CTA's slice is, and how its 16-byte packs fall to the threads (round robin: some threads a
+            # pack more than others): an entry's shape and cluster size suit its longest row, and shorter rows leave
+            # part of the registers unused (cluster.cu: between the powers of two).
             held, row = threads * elems, n if aligned else n + pack - 1
             per_cta = -(-row // cluster)
+            packs, cap = -(-per_cta // pack), elems // pack
+            few, most = packs // threads, -(-packs // threads)
+            spread = f"{few}" if few == most else f"{few} or {most}"
             lines.append(f"  each CTA's slice: {per_cta} of the {held} elements its threads hold "
-                         f"({100 * per_cta / held:.0f}% full)")
+                         f"({100 * per_cta / held:.0f}% full: {spread} of each thread's {cap} packs of 16 bytes)")
     return lines

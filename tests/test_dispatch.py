@@ -156,7 +156,10 @@ def test_explain_says_how_full_a_cluster_slice_is(installed_extension):
         per_cta = -(-n // cluster)
         assert f"cluster: {cluster} CTA(s) per row of {shapes[shape].threads} threads" in text, text
         assert f"each CTA's slice: {per_cta} of the {held} elements its threads hold " \
-               f"({100 * per_cta / held:.0f}% full)" in text, text
+               f"({100 * per_cta / held:.0f}% full: " in text, text
+    text = "\n".join(dispatch.explain(4096, 20480, torch.float32))  # 640 packs over 128 threads: 5 each
+    assert f"of each thread's {shapes[torch.ops.lab_tune.cluster_plan(20480, torch.float32, 4096)[0]].elems // 4} " \
+           "packs" in text and "full: 5 of each" in text, text
 
 
 def test_explain_says_how_odd_rows_are_taken(installed_extension):

@@ -221,10 +221,12 @@ constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentSha
 // Then the lengths between the sweeps' powers of two. Timed beside QuACK 0.6.5 off the sweeps
 // (results/h200/experiments/offsweep_scan/call2/scan.txt: lab.auto / QuACK time), the table trailed by 8-31% at such
 // lengths: float32 4096x20480 218.6 against 167.3 us, 4096x24576 230.8 against 199.8, 64x524288 106.3 against 92.5;
-// bfloat16 4096x20480 93.4 against 86.1, 4096x40960 191.9 against 164.8, 2048x98304 222.6 against 197.2. An entry
-// whose cluster size suits its longest row leaves most of each CTA's slice empty at shorter rows (float32 20480 over
-// 8 CTAs of 256 x 16: 2560 of 4096 elements a CTA, 74% of a copy). Every entry's shape was timed there on cluster sizes
-// that fill it, one cluster per row with the entry's stagger, beside the table and a copy (lean_vs_plan.py;
+// bfloat16 4096x20480 93.4 against 86.1, 4096x40960 191.9 against 164.8, 2048x98304 222.6 against 197.2. An entry's
+// shape and cluster size were chosen at its longest row, and at shorter rows each CTA's slice is partly empty: float32
+// 20480 over 8 CTAs of 256 x 16 (2560 of 4096 elements a CTA, two or three of each thread's four packs) read 74% of a
+// copy, the same shape over 5 CTAs (full) 97.1%, 128 x 32 over 8 (five of eight packs a thread) 98.3%; why 256 x 16
+// loses so much more than 128 x 32 at the same fill was not profiled. Each entry's shape and others were timed there
+// on other cluster sizes, one cluster per row with the entry's stagger, beside the table and a copy (lean_vs_plan.py;
 // call1/ and call3/cluster.txt there; % of a copy, the new entry's against the old):
 // - float32: 4096x10240 256 x 32 on 2, 98.4 against 79.1; 4096x12288 97.2 against 89.3 (256 x 16 on 3: 98.8,
 //   but only where the slice is whole); 128 x 32 on 8 from 16385 to 32768: 4096x18432 94.7 against 69.1 (on 6:
