@@ -7,8 +7,13 @@ set -uo pipefail
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || [ "${ANY_GPU:-}" = 1 ] ||
   { echo "not an H200: stopping"; exit 3; }
 [ -f lab/_C.abi3.so ] || xz -dc .labso/cur.so.xz > lab/_C.abi3.so || exit 1
-cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
-bash .peers2/install.sh >/dev/null || exit 1
+# The peers once per machine: a call before this one on the same warm machine (rc_call.sh, the lab call) may have
+# installed them already, and then .peers2 need not be carried again.
+ir=/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so
+if ! { [ -d /tmp/site/quack ] && [ -f "$ir" ]; }; then
+  cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
+  bash .peers2/install.sh >/dev/null || exit 1
+fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
 SHAPES=${SHAPES:-"4096x96 4096x160 4096x384 4096x768 4096x1536 4096x3072 4096x6144 4096x12288 4096x20480 4096x24576
   4096x32000 4096x40960 4096x50304 2048x98304 1024x128256 1024x151936 512x196608 64x524288 16x1048576 1x1048576"}
