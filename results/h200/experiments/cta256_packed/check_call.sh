@@ -6,11 +6,11 @@
 # plan entry's end among them), then the four sanitizers over the new shapes
 # (sanitize_call.sh).
 set -uo pipefail
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
-grep -q H200 $OUT/gpu.txt || [ "${ANY_GPU:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
-[ -f .peersB/irpart.ab ] && mkdir -p /tmp/peers && cp .peersB/irpart.ab /tmp/peers/
-xz -dc .labso/cur.so.xz > lab/_C.abi3.so || exit 1
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+source scripts/device_call.sh
+require_h200
+keep_peer_parts
+unpack_build
+lab_env
 timeout 400 python -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_gpu.py tests/test_dispatch.py \
   tests/test_stagger.py tests/test_cluster_rows.py -k "cluster or auto or stagger or register_cached" 2>&1 |
   tail -15 | tee $OUT/gpu_tests.txt

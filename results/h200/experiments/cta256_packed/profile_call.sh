@@ -4,11 +4,11 @@
 # on one 256 x 40 packed configuration at bfloat16 4096x20480 with its slices full (2 CTAs a row) and half full
 # (4 CTAs), and on the table's entry there (128 x 64 packed on 3, 83% full): DRAM throughput, occupancy, stalls.
 set -uo pipefail
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee $OUT/gpu.txt
-grep -q H200 $OUT/gpu.txt || [ "${ANY_GPU:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
-[ -f .peersB/irpart.ab ] && mkdir -p /tmp/peers && cp .peersB/irpart.ab /tmp/peers/
-xz -dc .labso/cur.so.xz > lab/_C.abi3.so || exit 1
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+source scripts/device_call.sh
+require_h200
+keep_peer_parts
+unpack_build
+lab_env
 for v in cluster:35:2:n cluster:35:4:n cuda.cluster; do
   echo "== ncu $v 4096x20480 bfloat16"; timeout 120 bash scripts/profile.sh $v 4096x20480 bfloat16
 done 2>&1 | tee $OUT/profile.txt

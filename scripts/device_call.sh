@@ -1,0 +1,47 @@
+# The steps an experiment's device call repeats, as shell functions: `source scripts/device_call.sh` at the top of a
+# call script run from the repository root on the GPU machine (the device tool's working copy), then call the ones
+# it needs. The peers (QuACK, Liger) come staged in three folders that a call carries one or two at a time, since
+# one call carries at most 64 MiB: .peersA and .peersB (the two parts of the CuTe DSL's compiler library), .peers2
+# (the wheels and the rest, with its install.sh); every part is kept in /tmp/peers until the call that installs them.
+# The build comes carried as .labso/cur.so.xz (xz -T2 -c lab/_C.abi3.so > .labso/cur.so.xz here).
+
+# Stops the call (exit 3) unless the GPU is an H200, or ANY_GPU=1; writes the card, driver and clocks to
+# $OUT/gpu.txt.
+require_h200() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+  grep -q H200 "$OUT/gpu.txt" || [ "${ANY_GPU:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
+}
+
+# Keeps whichever part of the peers' compiler library this call carries in /tmp/peers.
+keep_peer_parts() {
+  mkdir -p /tmp/peers
+  local part
+  for part in .peersA/irpart.aa .peersB/irpart.ab; do
+    if [ -f "$part" ]; then cp "$part" /tmp/peers/; fi
+  done
+}
+
+# Unpacks the carried build into lab/, or keeps the one an earlier call on this warm machine unpacked.
+unpack_build() {
+  if [ -f .labso/cur.so.xz ]; then
+    xz -dc .labso/cur.so.xz >lab/_C.abi3.so || exit 1
+  elif [ ! -f lab/_C.abi3.so ]; then
+    echo "no build: carry .labso, or unpack it in an earlier call on this machine"; exit 1
+  fi
+}
+
+# Installs the peers into /tmp/site once per machine (both parts kept in /tmp/peers, .peers2 carried), and puts
+# them and the lab on PYTHONPATH.
+install_peers() {
+  local ir=/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so
+  if ! { [ -d /tmp/site/quack ] && [ -f "$ir" ]; }; then
+    cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
+    bash .peers2/install.sh >/dev/null || exit 1
+  fi
+  export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD PYTHONUNBUFFERED=1
+}
+
+# The lab on PYTHONPATH, output unbuffered (without the peers).
+lab_env() {
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+}
