@@ -45,3 +45,11 @@ install_peers() {
 lab_env() {
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 }
+
+# A call's usual start: the H200 check, the carried peers' parts kept, the build unpacked, the lab on PYTHONPATH.
+begin_call() {
+  require_h200
+  keep_peer_parts
+  unpack_build
+  lab_env
+}

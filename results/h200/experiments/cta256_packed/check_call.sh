@@ -7,10 +7,7 @@
 # (sanitize_call.sh).
 set -uo pipefail
 source scripts/device_call.sh
-require_h200
-keep_peer_parts
-unpack_build
-lab_env
+begin_call
 timeout 400 python -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_gpu.py tests/test_dispatch.py \
   tests/test_stagger.py tests/test_cluster_rows.py -k "cluster or auto or stagger or register_cached" 2>&1 |
   tail -15 | tee $OUT/gpu_tests.txt

@@ -5,10 +5,7 @@
 # (4 CTAs), and on the table's entry there (128 x 64 packed on 3, 83% full): DRAM throughput, occupancy, stalls.
 set -uo pipefail
 source scripts/device_call.sh
-require_h200
-keep_peer_parts
-unpack_build
-lab_env
+begin_call
 for v in cluster:35:2:n cluster:35:4:n cuda.cluster; do
   echo "== ncu $v 4096x20480 bfloat16"; timeout 120 bash scripts/profile.sh $v 4096x20480 bfloat16
 done 2>&1 | tee $OUT/profile.txt
