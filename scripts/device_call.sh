@@ -35,6 +35,11 @@ unpack_build() {
 install_peers() {
   local ir=/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so
   if ! { [ -d /tmp/site/quack ] && [ -f "$ir" ]; }; then
+    local part
+    for part in /tmp/peers/irpart.aa /tmp/peers/irpart.ab .peers2/install.sh; do
+      [ -f "$part" ] || { echo "the peers are not installed here and $part is missing: carry .peersA and .peersB" \
+        "(each in an earlier call on this warm machine, or in this one), then .peers2"; exit 1; }
+    done
     cat /tmp/peers/irpart.aa /tmp/peers/irpart.ab | xz -dc >/tmp/peers/ir.so || exit 1
     bash .peers2/install.sh >/dev/null || exit 1
   fi
