@@ -254,10 +254,13 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //   torch.ops.lab_tune.register_cached_ragged(int cols, ScalarType dtype) -> int[]  how register_cached takes
 //       ragged rows (off 16-byte boundaries, or N not a multiple of a pack): [max_cols of the table entry whose
 //       shapes take them, 1 on its PEELED kernels else 0 (element by element)]
-//   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]
+//   torch.ops.lab_tune.auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True, str gpu="",
+//                                  int major=-1) -> str[]
 //       [variant, "table" or "default rule", why the odd-rows rule replaced that choice ("entry below N", "cluster
 //       streams", "cluster crosses an entry"), else ""];
-//       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N)
+//       aligned False: rows off 16-byte boundaries, as far past one in y as in x (a contiguous input of odd N);
+//       gpu: another GPU model's choice (its installed table; past it, the default rule for compute capability
+//       `major`), on any machine, with or without a GPU
 namespace {
 template <typename Launch>
 at::Tensor tuned(const at::Tensor& x, const char* op, Launch&& launch) {
@@ -313,12 +316,13 @@ void tune_set_auto_table(const std::string& gpu, const std::vector<std::string>&
   TORCH_CHECK(lab::set_auto_table(gpu, names, flat, &error), "lab_tune::set_auto_table: ", error);
 }
 
-std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype, bool aligned) {
+std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype, bool aligned,
+                                          const std::string& gpu, int64_t major) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   bool from_table = false;
   std::string odd_rows;
-  const std::string name =
-      lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), aligned, &from_table, &odd_rows);
+  const std::string name = lab::auto_choice(rows, cols, lab::to_lab_dtype(probe, "auto_choice"), aligned,
+                                            &from_table, &odd_rows, gpu, static_cast<int>(major));
   return {name, from_table ? "table" : "default rule", odd_rows};
 }
 
@@ -345,7 +349,8 @@ TORCH_LIBRARY(lab_tune, m) {
   m.def("cluster_shapes() -> int[]", &tune_cluster_shapes);
   m.def("cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]", &tune_cluster_plan);
   m.def("set_auto_table(str gpu, str[] names, int[] flat) -> ()", &tune_set_auto_table);
-  m.def("auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True) -> str[]", &tune_auto_choice);
+  m.def("auto_choice(int rows, int cols, ScalarType dtype, bool aligned=True, str gpu=\"\", int major=-1) -> str[]",
+        &tune_auto_choice);
   m.def("register_cached_ragged(int cols, ScalarType dtype) -> int[]", &tune_register_cached_ragged);
 }
 TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {

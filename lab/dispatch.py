@@ -169,20 +169,22 @@ def choose_entry(entries: list[list], m: int, n: int) -> list | None:
     return group_last
 
 
-def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0) -> str | None:
+def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0, gpu: str | None = None) -> str | None:
     """The variant lab.softmax runs for an (m, n) input of `dtype` on CUDA device `device` ("cuda.<name>"
-    or "triton.<name>", from the table of that device's GPU model), or None where the table has no entry
-    (lab.softmax then calls torch.ops.lab.softmax). Not called under torch.compile (see lab.softmax).
-    Not remembered here: lab.softmax remembers the route it derives from it per shape (lab._ROUTES)."""
-    gpu = _device_name(device) if torch.cuda.is_available() else ""
+    or "triton.<name>", from the table of that device's GPU model, or of the model `gpu` names), or None where
+    the table has no entry (lab.softmax then calls torch.ops.lab.softmax). Not called under torch.compile (see
+    lab.softmax). Not remembered here: lab.softmax remembers the route it derives from it per shape (lab._ROUTES)."""
+    if gpu is None:
+        gpu = _device_name(device) if torch.cuda.is_available() else ""
     entries = _LAB_TABLES.get(gpu, {}).get(dtype_name(dtype), [])
     return choose(entries, m, n) if entries else None
 
 
-def lab_yields(m: int, n: int, dtype: torch.dtype) -> list[list]:
-    """The table's lab_yields at the entry lab.softmax takes for an (m, n) input of `dtype` on this GPU:
-    [N, M, Triton variant, its GB/s, why the CUDA variant kept the entry] ([] where none yielded)."""
-    gpu = current_gpu()
+def lab_yields(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[list]:
+    """The table's lab_yields at the entry lab.softmax takes for an (m, n) input of `dtype` on this GPU (or the
+    model `gpu` names): [N, M, Triton variant, its GB/s, why the CUDA variant kept the entry] ([] where none
+    yielded)."""
+    gpu = current_gpu() if gpu is None else gpu
     entry = choose_entry(_LAB_TABLES.get(gpu, {}).get(dtype_name(dtype), []), m, n)
     if entry is None:
         return []
@@ -251,6 +253,28 @@ def save(table: dict, path: Path) -> None:
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
+def committed_models() -> dict[str, Path]:
+    """Each GPU model with a committed table, and the table's path (the first found, as committed_tables orders
+    them)."""
+    models: dict[str, Path] = {}
+    for path in committed_tables():
+        models.setdefault(load(path)["gpu"], path)
+    return models
+
+
+def table_major(path: Path) -> int:
+    """The compute capability's major version of the GPU whose table is at `path`, for the default rule past the
+    table: the environment of the results.json beside it where there is one, else 9 where the table names
+    cluster anywhere (cuda.cluster runs on sm_90 or newer only), else 0 (the rule's choice below sm_90)."""
+    results = path.parent / "results.json"
+    if results.exists():
+        cc = load(results).get("environment", {}).get("compute_capability", "")
+        if cc:
+            return int(cc.split(".")[0])
+    entries = load(path).get("entries", {})
+    return 9 if any(e[2] == "cluster" for es in entries.values() for e in es) else 0
+
+
 def install_committed() -> list[Path]:
     """Install every committed table (each for its GPU model); returns their paths. Nothing where the
     extension was built without softmax (LAB_OPS)."""
@@ -265,13 +289,18 @@ def install_committed() -> list[Path]:
 TILES_RULE = "short rows in tiles"  # auto_choice's reason where auto's tiles rule gave the rows to tiled_rows
 
 
-def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
-    """Lines saying what torch.ops.lab.softmax runs for an (m, n) input of `dtype`, and why."""
+def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[str]:
+    """Lines saying what torch.ops.lab.softmax runs for an (m, n) input of `dtype`, and why: on this machine's GPU,
+    or on the GPU model `gpu` names (one of committed_models(), explained on any machine)."""
     name = str(dtype).removeprefix("torch.")
     # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
     pack = 16 // dtype.itemsize
     aligned = n % pack == 0
-    variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
+    if gpu is None:
+        variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
+    else:
+        major = table_major(committed_models()[gpu])
+        variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned, gpu, major)
     rule = "the tiles rule" if odd_rows == TILES_RULE else "the odd-rows rule"
     lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then ' + rule if odd_rows else ''})"]
     if odd_rows == TILES_RULE:
@@ -287,22 +316,24 @@ def explain(m: int, n: int, dtype: torch.dtype) -> list[str]:
                                            "rows (the shifted row crosses it), and they are many 16-bit rows"}[odd_rows]
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
                      f"{why}; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
-    if source == "table" and torch.cuda.is_available():
-        path = table_path(current_gpu())
+    if source == "table" and (gpu is not None or torch.cuda.is_available()):
+        path = committed_models()[gpu] if gpu is not None else table_path(current_gpu())
         table = load(path) if path.exists() else None
         if table:
-            lines.append(f"  table: {path.relative_to(ROOT)} (from {table['source']})")
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a package's copy: lab/tables/
+            lines.append(f"  table: {shown} (from {table['source']})")
             near = [e for e in table["entries"].get(name, []) if e[0] >= n][:4]
             lines += [f"  measured N={e[0]} M={e[1]}: cuda.{e[2]} {e[3]} GB/s" for e in near]
     elif source != "table":
-        lines.append("  no table entry for this GPU and dtype: the default rule of csrc/softmax/dispatch/auto.cu")
-    entry = lab_choice(m, n, dtype)
+        lines.append("  no table entry covers this shape for this GPU and dtype: the default rule of "
+                     "csrc/softmax/dispatch/auto.cu")
+    entry = lab_choice(m, n, dtype, gpu=gpu)
     if entry is not None and entry.startswith("triton."):
         lines.append(f"lab.softmax for {m}x{n} {name}: {entry} (measured faster there than every CUDA variant)")
     else:
         lines.append(f"lab.softmax for {m}x{n} {name}: torch.ops.lab.softmax, as above"
-                     + ("" if entry else " (no lab_entries for this GPU and dtype)"))
-        lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype)]
+                     + ("" if entry else " (no lab_entries entry covers this shape for this GPU and dtype)"))
+        lines += [f"  {y[2]} measured {y[3]} GB/s there, faster, but {y[4]}" for y in lab_yields(m, n, dtype, gpu)]
     if variant == "register_cached" and not aligned:
         entry_cols, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
         lines.append(f"  register_cached: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}): "

@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the variants and whether they can run here")
     p.add_argument("--explain", metavar="MxN", type=inputs.Shape.parse,
                    help="say which CUDA variant torch.ops.lab.softmax (cuda.auto) runs for this shape, and why")
+    p.add_argument("--gpu", metavar="MODEL",
+                   help="with --explain: explain for this GPU model's committed table instead (e.g. 'NVIDIA H200'), "
+                        "on any machine, with or without a GPU")
     p.add_argument("--resources", action="store_true",
                    help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
     p.add_argument("--metrics", default="gbps,pct_copy", metavar="LIST",
@@ -83,6 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also write the results as JSON to FILE")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.gpu is not None and not args.explain:
+        p.error("--gpu goes with --explain MxN (it names the GPU model whose committed table is explained)")
     args.command = "python -m lab.test " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
@@ -595,7 +600,7 @@ def print_resources() -> list:
     return ks
 
 
-def explain(shape: inputs.Shape, dtype_names: list[str] | None) -> int:
+def explain(shape: inputs.Shape, dtype_names: list[str] | None, gpu: str | None = None) -> int:
     from lab.backends.cuda_variants import load_extension
 
     try:
@@ -603,10 +608,19 @@ def explain(shape: inputs.Shape, dtype_names: list[str] | None) -> int:
     except Unavailable as e:
         log(f"--explain needs the extension: {e}")
         return 1
-    where = torch.cuda.get_device_name(0) if HAS_GPU else "no GPU here (the table is per GPU model)"
+    if gpu is not None:
+        models = dispatch.committed_models()
+        if gpu not in models:
+            log(f"--gpu {gpu!r}: no committed table for that model; the models with one: {', '.join(sorted(models))}")
+            return 2
+        here = torch.cuda.get_device_name(0) if HAS_GPU else "no GPU"
+        where = f"{gpu}, by its committed table (explained here, on {here})"
+    else:
+        where = torch.cuda.get_device_name(0) if HAS_GPU else (
+            "no GPU here (the table is per GPU model; --gpu MODEL explains a model's committed table)")
     log(f"torch.ops.lab.softmax (cuda.auto) on {where}")
     for dtype in dict.fromkeys(DTYPES[d] for d in (dtype_names or ["float32", "bfloat16"])):
-        log("\n".join(dispatch.explain(shape.m, shape.n, dtype)))
+        log("\n".join(dispatch.explain(shape.m, shape.n, dtype, gpu)))
     return 0
 
 
@@ -631,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         ks = print_resources()
         return 1 if not ks or any(k.spills for k in ks) else 0
     if args.explain:
-        return explain(args.explain, args.dtype)
+        return explain(args.explain, args.dtype, args.gpu)
     device = torch.device("cuda" if HAS_GPU else "cpu")
     if not HAS_GPU:
         # One thread: the CPU timings of small tensors are otherwise dominated by thread wake-ups.

@@ -283,6 +283,45 @@ def test_the_extension_reads_each_committed_table_as_python_does(installed_exten
     assert checked > 100
 
 
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_explain_for_another_gpu_model(installed_extension, path):
+    """--explain --gpu MODEL on any machine (CI's has no GPU): each committed table's own entries as that model
+    would take them, with the table named; past its longest row, the default rule for that model's compute
+    capability (cluster from sm_90, where this machine's own rule, with no GPU, would say online)."""
+    table = json.loads(path.read_text())
+    model = table["gpu"]
+    assert dispatch.committed_models()[model] == path
+    major = dispatch.table_major(path)
+    for dtype_label, entries in table["entries"].items():
+        dtype = getattr(torch, dtype_label)
+        for n, m, variant, _ in entries[:: max(1, len(entries) // 6)]:
+            lines = dispatch.explain(m, n, dtype, model)
+            assert lines[0].startswith(f"auto for {m}x{n} {dtype_label}: cuda.{variant} (table"), lines
+            assert any(line.startswith(f"  table: {path.relative_to(ROOT)}") for line in lines), lines
+        past = max(e[0] for e in entries) * 2
+        lines = dispatch.explain(4, past, dtype, model)
+        assert lines[0] == f"auto for 4x{past} {dtype_label}: cuda.{'cluster' if major >= 9 else 'online'} " \
+                           "(default rule)", lines
+
+
+def test_explain_for_another_gpu_model_on_the_command_line(installed_extension, capsys):
+    """python -m lab.test --explain MxN --gpu MODEL: the model's committed table; a model without one is refused with
+    the list of those that have one, and --gpu without --explain is an error."""
+    from lab import test as lab_test
+
+    models = dispatch.committed_models()
+    model = sorted(models)[0]
+    assert lab_test.main(["--explain", "4096x20480", "--gpu", model]) == 0
+    out = capsys.readouterr().out
+    assert f"on {model}, by its committed table" in out and "auto for 4096x20480 bfloat16: cuda." in out, out
+    assert lab_test.main(["--explain", "4096x20480", "--gpu", "NVIDIA Nonesuch"]) == 2
+    out = capsys.readouterr().out
+    assert "no committed table for that model" in out and model in out, out
+    with pytest.raises(SystemExit):
+        lab_test.main(["--gpu", model])
+    assert "--gpu goes with --explain" in capsys.readouterr().err
+
+
 def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extension, monkeypatch):
     """A Triton choice calls that variant's entry (differentiable, like the op); a CUDA choice, or none,
     calls torch.ops.lab.softmax, which picks the CUDA variant itself."""

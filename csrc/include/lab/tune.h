@@ -113,8 +113,9 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 // its model's table (rather than the default rule) chose it, and in *odd_rows why the odd-rows rule (auto.cu) then
 // replaced that choice ("entry below N", "cluster streams", "cluster crosses an entry") or the tiles rule did ("short
 // rows in tiles"), else "". Rows not aligned are ragged (register_cached's PEELED kernels); the input is taken as
-// contiguous.
+// contiguous. gpu (not empty): the choice on that GPU model instead, by its table, and where the table has no entry
+// by the default rule for compute capability `major` (the rules past the table are the same on every device).
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
-                        std::string* odd_rows);
+                        std::string* odd_rows, const std::string& gpu = "", int major = -1);
 
 }  // namespace lab

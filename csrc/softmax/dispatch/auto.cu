@@ -123,20 +123,23 @@ int index_of(const char* name) {
   return -1;
 }
 
-int default_choice(int64_t cols, DType dtype) {
+// major: the compute capability's major version the rule is for (-1: the current device's; none: below 9).
+int default_choice(int64_t cols, DType dtype, int major) {
   const int64_t short_rows = dtype == DType::kFloat32 ? 8192 : 2048;
   if (cols <= short_rows) return index_of("register_cached");
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return index_of("online");
+  if (major < 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return index_of("online");
+    }
   }
   return index_of(major >= 9 ? "cluster" : "online");
 }
 
-int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
-  const std::string gpu = current_gpu();
+// gpu: the model whose table is read; major: as default_choice's (a launch passes the current device's, -1).
+int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table, const std::string& gpu, int major) {
   {
     const std::lock_guard<std::mutex> lock(table_mutex);
     const auto found = tables.find(gpu);
@@ -158,7 +161,7 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table) {
     }
   }
   *from_table = false;
-  return default_choice(cols, dtype);
+  return default_choice(cols, dtype, major);
 }
 
 // The rows from which register_cached takes ragged rows whose shifted row crosses the end of N's entry in cluster's
@@ -218,7 +221,7 @@ const char* tiles_rule(int* v, int64_t rows, int64_t cols, DType dtype, bool con
 
 cudaError_t softmax_auto(const RowsArgs& a, cudaStream_t stream) {
   bool from_table = false;
-  int v = choose(a.rows, a.cols, a.dtype, &from_table);
+  int v = choose(a.rows, a.cols, a.dtype, &from_table, current_gpu(), -1);
   if (v < 0) return cudaErrorInvalidValue;
   if (kVariants[v].launch == &softmax_cluster) {
     odd_rows_rule(&v, a.rows, a.cols, a.dtype, register_cached_rows_ragged(a), [&] { return cluster_detour(a); });
@@ -266,8 +269,8 @@ bool set_auto_table(const std::string& gpu, const std::vector<std::string>& name
 }
 
 std::string auto_choice(int64_t rows, int64_t cols, DType dtype, bool aligned, bool* from_table,
-                        std::string* odd_rows) {
-  int v = choose(rows, cols, dtype, from_table);
+                        std::string* odd_rows, const std::string& gpu, int major) {
+  int v = choose(rows, cols, dtype, from_table, gpu.empty() ? current_gpu() : gpu, gpu.empty() ? -1 : major);
   if (v < 0) return std::string();
   const char* why =
       odd_rows_rule(&v, rows, cols, dtype, !aligned, [&] { return cluster_detour(cols, rows, dtype, aligned); });
