@@ -9,6 +9,6 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for v in cluster:21:4:n cluster:18:8:n; do
   echo "== $v 1024x65536 bfloat16"
   "$NCU" --clock-control none -k regex:cluster_resident --launch-skip 1 --launch-count 1 \
-    --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances values \
-    python3 scripts/profile_point.py $v 1024x65536 bfloat16 2>&1 | grep -vE "^==PROF==" | tail -8
+    --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances details \
+    python3 scripts/profile_point.py $v 1024x65536 bfloat16 2>&1 | grep -vE "^==PROF=="
 done 2>&1 | tee $OUT/opcodes.txt
