@@ -318,6 +318,8 @@ void tune_set_auto_table(const std::string& gpu, const std::vector<std::string>&
 
 std::vector<std::string> tune_auto_choice(int64_t rows, int64_t cols, at::ScalarType dtype, bool aligned,
                                           const std::string& gpu, int64_t major) {
+  TORCH_CHECK(gpu.empty() == (major < 0), "lab_tune::auto_choice: gpu and major go together (another model's choice, ",
+              "and the compute capability of its default rule) or not at all, got gpu='", gpu, "' and major ", major);
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   bool from_table = false;
   std::string odd_rows;

@@ -254,18 +254,16 @@ def save(table: dict, path: Path) -> None:
 
 
 def committed_models() -> dict[str, Path]:
-    """Each GPU model with a committed table, and the table's path (the first found, as committed_tables orders
-    them)."""
-    models: dict[str, Path] = {}
-    for path in committed_tables():
-        models.setdefault(load(path)["gpu"], path)
-    return models
+    """Each GPU model with a committed table, and the table's path: the last of committed_tables() for that model,
+    the one install_committed() leaves installed."""
+    return {load(path)["gpu"]: path for path in committed_tables()}
 
 
 def table_major(path: Path) -> int:
     """The compute capability's major version of the GPU whose table is at `path`, for the default rule past the
-    table: the environment of the results.json beside it where there is one, else 9 where the table names
-    cluster anywhere (cuda.cluster runs on sm_90 or newer only), else 0 (the rule's choice below sm_90)."""
+    table: the environment of the results.json beside it where there is one (results/<gpu>/), else, for a package's
+    copy (lab/tables/<gpu>.json, without its run), 9 where the table names cluster anywhere (cuda.cluster runs on
+    sm_90 or newer only, so a table that names it was measured there), else 0 (the rule's choice below sm_90)."""
     results = path.parent / "results.json"
     if results.exists():
         cc = load(results).get("environment", {}).get("compute_capability", "")

@@ -21,13 +21,15 @@ keep_peer_parts() {
   done
 }
 
-# Unpacks the carried build into lab/, or keeps the one an earlier call on this warm machine unpacked.
+# Unpacks the carried build into lab/ (whole or not at all), or keeps the one an earlier call on this warm machine
+# unpacked; either way writes its sha256 to $OUT/build.txt, so that a record says which build it ran.
 unpack_build() {
   if [ -f .labso/cur.so.xz ]; then
-    xz -dc .labso/cur.so.xz >lab/_C.abi3.so || exit 1
+    xz -dc .labso/cur.so.xz >lab/_C.abi3.so.part && mv lab/_C.abi3.so.part lab/_C.abi3.so || exit 1
   elif [ ! -f lab/_C.abi3.so ]; then
     echo "no build: carry .labso, or unpack it in an earlier call on this machine"; exit 1
   fi
+  sha256sum lab/_C.abi3.so | tee "$OUT/build.txt"
 }
 
 # Installs the peers into /tmp/site once per machine (both parts kept in /tmp/peers, .peers2 carried), and puts

@@ -286,12 +286,13 @@ def test_the_extension_reads_each_committed_table_as_python_does(installed_exten
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
 def test_explain_for_another_gpu_model(installed_extension, path):
     """--explain --gpu MODEL on any machine (CI's has no GPU): each committed table's own entries as that model
-    would take them, with the table named; past its longest row, the default rule for that model's compute
-    capability (cluster from sm_90, where this machine's own rule, with no GPU, would say online)."""
+    would take them, with the table named; past its longest row, the default rule for the compute capability its
+    run recorded (cluster from sm_90, where this machine's own rule, with no GPU, would say online)."""
     table = json.loads(path.read_text())
     model = table["gpu"]
-    assert dispatch.committed_models()[model] == path
-    major = dispatch.table_major(path)
+    cc = json.loads((path.parent / "results.json").read_text())["environment"]["compute_capability"]
+    major = int(cc.split(".")[0])
+    assert dispatch.table_major(path) == major
     for dtype_label, entries in table["entries"].items():
         dtype = getattr(torch, dtype_label)
         for n, m, variant, _ in entries[:: max(1, len(entries) // 6)]:
@@ -299,9 +300,37 @@ def test_explain_for_another_gpu_model(installed_extension, path):
             assert lines[0].startswith(f"auto for {m}x{n} {dtype_label}: cuda.{variant} (table"), lines
             assert any(line.startswith(f"  table: {path.relative_to(ROOT)}") for line in lines), lines
         past = max(e[0] for e in entries) * 2
+        expected, _, _ = torch.ops.lab_tune.auto_choice(4, past, dtype, True, model, major)
+        assert expected == ("cluster" if major >= 9 else "online")  # the default rule's long rows (auto.cu)
         lines = dispatch.explain(4, past, dtype, model)
-        assert lines[0] == f"auto for 4x{past} {dtype_label}: cuda.{'cluster' if major >= 9 else 'online'} " \
-                           "(default rule)", lines
+        assert lines[0] == f"auto for 4x{past} {dtype_label}: cuda.{expected} (default rule)", lines
+
+
+def test_explain_for_a_model_below_sm90(installed_extension, tmp_path, monkeypatch):
+    """A table measured below sm_90, shipped without its run (a package's lab/tables/ copy): no entry names cluster,
+    so past its rows the default rule for such a GPU applies (online), whatever GPU this machine has or lacks."""
+    below = [r for r in RECORDS if r["variant"] != "cuda.cluster"]  # cluster does not run below sm_90
+    table = dispatch.build_table(below, "Test GPU below sm_90", "test")
+    assert not any(e[2] == "cluster" for es in table["entries"].values() for e in es)
+    path = tmp_path / "tables" / "test.json"
+    dispatch.save(table, path)
+    monkeypatch.setattr(dispatch, "committed_tables", lambda: [path])
+    dispatch.install(table)
+    try:
+        assert dispatch.table_major(path) == 0
+        past = max(e[0] for e in table["entries"]["float32"]) * 4
+        lines = dispatch.explain(4, past, torch.float32, "Test GPU below sm_90")
+        assert lines[0] == f"auto for 4x{past} float32: cuda.online (default rule)", lines
+    finally:
+        dispatch.uninstall("Test GPU below sm_90")
+
+
+def test_auto_choice_takes_a_model_and_its_capability_together(installed_extension):
+    """auto_choice's gpu and major go together: either alone would silently read this machine's device."""
+    with pytest.raises(RuntimeError, match="gpu and major go together"):
+        torch.ops.lab_tune.auto_choice(4, 2**22, torch.bfloat16, True, "NVIDIA H200")
+    with pytest.raises(RuntimeError, match="gpu and major go together"):
+        torch.ops.lab_tune.auto_choice(4, 2**22, torch.bfloat16, True, "", 9)
 
 
 def test_explain_for_another_gpu_model_on_the_command_line(installed_extension, capsys):
@@ -311,15 +340,17 @@ def test_explain_for_another_gpu_model_on_the_command_line(installed_extension, 
 
     models = dispatch.committed_models()
     model = sorted(models)[0]
-    assert lab_test.main(["--explain", "4096x20480", "--gpu", model]) == 0
+    entries = dispatch.load(models[model])["entries"]["bfloat16"]
+    n, m, variant, _ = entries[len(entries) // 2]
+    assert lab_test.main(["--explain", f"{m}x{n}", "--gpu", model, "-d", "bfloat16"]) == 0
     out = capsys.readouterr().out
-    assert f"on {model}, by its committed table" in out and "auto for 4096x20480 bfloat16: cuda." in out, out
+    assert f"on {model}, by its committed table" in out and f"auto for {m}x{n} bfloat16: cuda.{variant} (table" in out
     assert lab_test.main(["--explain", "4096x20480", "--gpu", "NVIDIA Nonesuch"]) == 2
     out = capsys.readouterr().out
     assert "no committed table for that model" in out and model in out, out
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         lab_test.main(["--gpu", model])
-    assert "--gpu goes with --explain" in capsys.readouterr().err
+    assert e.value.code == 2 and "--gpu goes with --explain" in capsys.readouterr().err
 
 
 def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extension, monkeypatch):

@@ -94,7 +94,7 @@ constexpr ResidentShape kResidentShapes[] = {
     // then registers), in the CTA shapes the plan takes from N = 32768 up.
     {128, 64, 1, true}, {128, 128, 1, true},
     // 256 threads holding 40 or 48 elements packed, loaded straight or staged: QuACK's CTA for 16-bit rows of
-    // 20480 to 163840 elements (10240 or 12288 a CTA over 2 to 16), where those rows fill no power-of-two shape.
+    // 20480 to 196608 elements (10240 or 12288 a CTA over 2 to 16), where those rows fill no power-of-two shape.
     {256, 40, 0, true}, {256, 40, 1, true}, {256, 48, 0, true}, {256, 48, 1, true},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);

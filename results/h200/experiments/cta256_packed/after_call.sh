@@ -5,5 +5,5 @@
 # Pass the run's LAB_COMMIT.
 set -uo pipefail
 bash results/h200/experiments/retune_ca_dc0b5d3/remeasure_call.sh; rc=$?
-bash results/h200/experiments/cta256_packed/time_call.sh
+bash results/h200/experiments/cta256_packed/time_call.sh || rc=1
 exit $rc

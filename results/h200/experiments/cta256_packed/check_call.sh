@@ -10,6 +10,9 @@ source scripts/device_call.sh
 begin_call
 timeout 400 python -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_gpu.py tests/test_dispatch.py \
   tests/test_stagger.py tests/test_cluster_rows.py -k "cluster or auto or stagger or register_cached" 2>&1 |
-  tail -15 | tee $OUT/gpu_tests.txt
-[ "${SKIP_SANITIZE:-}" = 1 ] ||
-  bash results/h200/experiments/cta256_packed/sanitize_call.sh
+  tail -15 | tee "$OUT/gpu_tests.txt"
+status=${PIPESTATUS[0]}
+if [ "${SKIP_SANITIZE:-}" != 1 ]; then
+  bash results/h200/experiments/cta256_packed/sanitize_call.sh || status=1
+fi
+exit "$status"

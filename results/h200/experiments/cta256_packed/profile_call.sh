@@ -8,4 +8,4 @@ source scripts/device_call.sh
 begin_call
 for v in cluster:35:2:n cluster:35:4:n cuda.cluster; do
   echo "== ncu $v 4096x20480 bfloat16"; timeout 120 bash scripts/profile.sh $v 4096x20480 bfloat16
-done 2>&1 | tee $OUT/profile.txt
+done 2>&1 | tee "$OUT/profile.txt"

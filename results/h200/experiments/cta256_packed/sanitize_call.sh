@@ -4,9 +4,11 @@
 # where check_call.sh unpacked the build, carrying .peersA (its part kept in /tmp/peers for time_call.sh).
 set -uo pipefail
 source scripts/device_call.sh
+require_h200
 keep_peer_parts
 unpack_build
 lab_env
 labels=(); for l in 256x40s0P 256x40s1P 256x48s0P 256x48s1P; do labels+=(--tuning-label "$l"); done
 timeout 200 bash scripts/sanitize.sh build/sanitizer --op softmax --tuning-shapes-only "${labels[@]}" 2>&1 |
-  tee $OUT/sanitize_shapes.txt
+  tee "$OUT/sanitize_shapes.txt"
+exit "${PIPESTATUS[0]}"
