@@ -294,11 +294,11 @@ def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[
     # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
     pack = 16 // dtype.itemsize
     aligned = n % pack == 0
-    if gpu is None:
+    model_table = committed_models()[gpu] if gpu is not None else None  # read once: every committed table is loaded
+    if model_table is None:
         variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned)
     else:
-        major = table_major(committed_models()[gpu])
-        variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned, gpu, major)
+        variant, source, odd_rows = torch.ops.lab_tune.auto_choice(m, n, dtype, aligned, gpu, table_major(model_table))
     rule = "the tiles rule" if odd_rows == TILES_RULE else "the odd-rows rule"
     lines = [f"auto for {m}x{n} {name}: cuda.{variant} ({source}{', then ' + rule if odd_rows else ''})"]
     if odd_rows == TILES_RULE:
@@ -315,7 +315,7 @@ def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[
         lines.append(f"  odd-rows rule: rows of {n} elements are not 16-byte aligned (N not a multiple of {pack}) and "
                      f"{why}; register_cached reads them once (csrc/softmax/dispatch/auto.cu)")
     if source == "table" and (gpu is not None or torch.cuda.is_available()):
-        path = committed_models()[gpu] if gpu is not None else table_path(current_gpu())
+        path = model_table if model_table is not None else table_path(current_gpu())
         table = load(path) if path.exists() else None
         if table:
             shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a package's copy: lab/tables/
