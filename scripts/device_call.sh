@@ -60,3 +60,12 @@ begin_call() {
   unpack_build
   lab_env
 }
+
+# The same start for a call that times or profiles the peers: the H200 check, the parts kept, the build unpacked,
+# then the peers installed (once per machine) and on PYTHONPATH with the lab.
+begin_peers_call() {
+  require_h200
+  keep_peer_parts
+  unpack_build
+  install_peers
+}

@@ -7,10 +7,7 @@
 # the next), carrying .peers2. Any Hopper GPU (ANY_GPU=1).
 set -uo pipefail
 source scripts/device_call.sh
-require_h200
-keep_peer_parts
-unpack_build
-install_peers
+begin_peers_call
 EXTRA="20:4 21:4 22:4 31:4 33:8" python results/h200/experiments/cluster_lean/lean_vs_plan.py bfloat16 1024x65536 \
   4096x65536 2>&1 | grep -v "^\[" | tee $OUT/cluster.txt
 for v in cluster:21:4:n peer.quack cluster:18:8:n; do

@@ -13,10 +13,7 @@
 #   and 114688, bfloat16 57344 (untimed_entries.txt).
 set -uo pipefail
 source scripts/device_call.sh
-require_h200
-keep_peer_parts
-unpack_build
-install_peers
+begin_peers_call
 lvp=results/h200/experiments/cluster_lean/lean_vs_plan.py
 {
   EXTRA="35:2 36:2 37:2 38:2 35:4 36:4 37:4 38:4 35:8 36:8 37:8 38:8 35:16 36:16 37:16 38:16" python $lvp bfloat16 \
