@@ -244,8 +244,9 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)
 //   torch.ops.lab_tune.register_cached_shapes(ScalarType dtype) -> int[]   [threads per row, elements
 //       per thread, threads per block, packed, staged] per tuning shape, flattened
-//   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed] per shape,
-//       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only)
+//   torch.ops.lab_tune.cluster_shapes() -> int[]       [threads, elems, stages, packed, one_row] per shape,
+//       flattened (packed 1: 16-bit elements held two to a register, float16/bfloat16 only; one_row 1: no
+//       row loop, one cluster per row only, float16/bfloat16 only)
 //   torch.ops.lab_tune.cluster_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]
 //       [shape, cluster, persistent, stagger_groups, stagger_ns] for `rows` rows (0: the plan of
 //       fewest rows); aligned False: rows not 16-byte aligned, as far past a boundary in y as in x
@@ -305,7 +306,8 @@ std::vector<int64_t> tune_cluster_shapes() {
   const int count = lab::cluster_resident_shapes(&shapes);
   std::vector<int64_t> flat;
   for (int i = 0; i < count; ++i) {
-    flat.insert(flat.end(), {shapes[i].threads, shapes[i].elems, shapes[i].stages, shapes[i].packed ? 1 : 0});
+    flat.insert(flat.end(), {shapes[i].threads, shapes[i].elems, shapes[i].stages, shapes[i].packed ? 1 : 0,
+                             shapes[i].one_row ? 1 : 0});
   }
   return flat;
 }

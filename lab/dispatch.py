@@ -352,10 +352,11 @@ def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[
         if shape < 0:
             lines.append(f"  cluster: streaming path (2 reads), {cluster} CTAs per row")
         else:
-            threads, elems, stages, packed = cluster_shapes()[shape]
+            threads, elems, stages, packed, one_row = cluster_shapes()[shape]
+            staging = ("cp.async staging of its row, one row per CTA (no row loop)" if one_row and stages else
+                       f"cp.async staging {stages} row(s) ahead" if stages else "direct loads")
             lines.append(f"  cluster: {cluster} CTA(s) per row of {threads} threads x {elems} elements"
-                         f"{' (packed 16-bit)' if packed else ''}, "
-                         f"{'cp.async staging ' + str(stages) + ' row(s) ahead' if stages else 'direct loads'}, "
+                         f"{' (packed 16-bit)' if packed else ''}, {staging}, "
                          f"{'persistent grid' if persistent else 'one cluster per row'}"
                          + (f", the first wave's clusters started in {stagger_groups} groups {stagger_ns} ns apart"
                             if stagger_groups > 1 and stagger_ns > 0 else ""))

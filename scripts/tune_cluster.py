@@ -79,7 +79,7 @@ def describe(c: dict | None) -> str:
 
 
 def label(c: dict) -> str:
-    return ClusterShape(c["threads"], c["elems"], c["stages"], c.get("packed", False)).label()
+    return ClusterShape(c["threads"], c["elems"], c["stages"], c.get("packed", False), c.get("one_row", False)).label()
 
 
 GRIDS = {"both": (True, False), "persistent": (True,), "one-per-row": (False,)}
@@ -105,8 +105,10 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     for i, c in pairs:
         for persistent in GRIDS[grid]:
             s = shapes[i]
+            if not s.launches(persistent):
+                continue  # a one-row shape: one cluster per row only
             cfg = {"shape": i, "threads": s.threads, "elems": s.elems, "stages": s.stages, "packed": s.packed,
-                   "cluster": c, "persistent": persistent}
+                   "one_row": s.one_row, "cluster": c, "persistent": persistent}
             row["configs"].append(cfg)
 
             def run(t: torch.Tensor, i: int = i, c: int = c, p: bool = persistent) -> torch.Tensor:

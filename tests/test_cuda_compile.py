@@ -205,20 +205,23 @@ def test_extension_imports_and_registers_ops():
 def test_cluster_shapes_and_plans():
     """cuda.cluster's resident shapes as the tuning ops list them (scripts/tune_cluster.py reads them):
     whole 16-byte packs per thread, packed ones (16-bit only) among them with at most 128 KiB of
-    staging per CTA, and float32's plan never names a packed shape (it is not compiled for float32)."""
+    staging per CTA, one-row shapes (16-bit only) staging their one row at most, float32's plan never names a
+    packed or one-row shape (they are not compiled for float32), and no persistent entry names a one-row shape."""
     shapes = cuda_variants.cluster_shapes()
     assert shapes and any(s.packed for s in shapes) and any(not s.packed for s in shapes)
     for s in shapes:
         assert s.threads % 32 == 0 and s.threads <= 512 and s.elems % 8 == 0 and s.stages >= 0, s
-        if s.packed:
+        if s.packed or s.one_row:
             assert not s.runs(torch.float32) and s.runs(torch.bfloat16) and s.runs(torch.float16), s
             assert s.stages * s.threads * s.elems * 2 <= 128 * 1024, s
+        if s.one_row:  # its one row staged at most, one cluster per row only
+            assert s.stages <= 1 and s.launches(False) and not s.launches(True), s
     for n in (2**k + d for k in range(5, 21) for d in (-1, 0, 1)):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             index, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(n, dtype)
             assert groups >= 1 and step_ns >= 0, (n, dtype, groups, step_ns)
             if index >= 0:
-                assert shapes[index].runs(dtype), (n, dtype, shapes[index])
+                assert shapes[index].runs(dtype) and shapes[index].launches(persistent), (n, dtype, shapes[index])
                 assert 1 <= cluster <= 16 and n <= cluster * shapes[index].threads * shapes[index].elems
 
 

@@ -292,6 +292,9 @@ CLUSTER_SIZES = range(1, 17)  # every size a cluster can have on Hopper (above 8
 # The packed shapes (16-bit elements held as loaded, two per register) in the dtypes they run in.
 PACKED = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
           for i, s in enumerate(CLUSTER_SHAPES) if s.packed for d in DTYPES if s.runs(d)]
+# The one-row shapes (no row loop, one cluster per row only) in the dtypes they run in.
+ONE_ROW = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
+           for i, s in enumerate(CLUSTER_SHAPES) if s.one_row for d in DTYPES if s.runs(d)]
 # The float-register shapes loaded straight into registers (stages 0): kPlan32's shapes, and the float
 # shapes any dtype can be tuned with.
 FLOAT_DIRECT = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
@@ -329,8 +332,9 @@ def _resident_launch(shape, x: torch.Tensor, cluster: int) -> bool:
 
 def _check_every_cluster(index: int, x: torch.Tensor, ref: torch.Tensor, labels: list[str] | None = None) -> int:
     """Run shape `index` with every cluster size, persistent and not, on x: each launch that fits is
-    checked against ref, each that cannot (the slice exceeds the shape, or rows neither 16-byte aligned nor
-    shiftable by the shape) must raise. Returns how many launches were checked."""
+    checked against ref, each that cannot (the slice exceeds the shape, rows neither 16-byte aligned nor
+    shiftable by the shape, or a persistent grid of a one-row shape) must raise. Returns how many launches were
+    checked."""
     shape = CLUSTER_SHAPES[index]
     checked = 0
     for c in CLUSTER_SIZES:
@@ -340,7 +344,7 @@ def _check_every_cluster(index: int, x: torch.Tensor, ref: torch.Tensor, labels:
 
             where = f"{shape.label()} c{c} {'persistent' if persistent else 'one cluster per row'} " \
                     f"{dtype_name(x.dtype)} {tuple(x.shape)} stride {x.stride(0)}"
-            if x.numel() > 0 and not _resident_launch(shape, x, c):
+            if x.numel() > 0 and not (_resident_launch(shape, x, c) and shape.launches(persistent)):
                 with pytest.raises(RuntimeError):
                     run(x)
                 continue
@@ -389,6 +393,39 @@ def _check_special_rows_every_cluster(index: int, dtype: torch.dtype) -> None:
         x, labels = _tail_rows(n, dtype)
         assert _check_every_cluster(index, x, SOFTMAX.reference(x), labels) or not any(
             _fits(CLUSTER_SHAPES[index], n, dtype, c) for c in CLUSTER_SIZES), f"N={n}: no launch was checked"
+
+
+@pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
+def test_cluster_one_row_shapes_edge_shapes(index, dtype):
+    """Every one-row shape x every cluster size on the edge shapes, one cluster per row (a persistent launch must
+    raise): odd N, partial last packs, row strides, M = 0 and 1, long rows."""
+    checked = 0
+    for shape in inputs.EDGE_SHAPES:
+        x = inputs.make_input(shape, dtype, "cuda")
+        checked += _check_every_cluster(index, x, SOFTMAX.reference(x))
+    assert checked, "no edge shape fits this shape with any cluster size"
+
+
+@pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
+def test_cluster_one_row_shapes_special_rows(index, dtype):
+    """Every one-row shape x every cluster size on the special rows and on rows whose -inf or NaN parts fill
+    whole threads and CTAs."""
+    _check_special_rows_every_cluster(index, dtype)
+
+
+@pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
+def test_cluster_one_row_shapes_many_rows(index, dtype):
+    """A one-row shape's grid is one cluster per row: 1500 rows (more clusters than are resident at once,
+    so later clusters start as earlier ones retire), with and without the first wave's stagger, every row checked."""
+    s = CLUSTER_SHAPES[index]
+    for c in (1, 2, 4):
+        n = c * s.threads * s.elems - 8 * c  # every CTA's slice part empty at its end
+        x = inputs.make_input(Shape(1500, n), dtype, "cuda")
+        ref = SOFTMAX.reference(x)
+        for groups, ns in ((1, 0), (4, 500)):
+            res = check.check(lambda t, c=c, g=groups, ns=ns: torch.ops.lab_tune.cluster(t, index, c, False, g, ns),
+                              x, False, ref)
+            assert res.ok, f"{s.label()} c{c} stagger {groups}x{ns} {dtype_name(dtype)} 1500x{n}: {res.summary()}"
 
 
 @pytest.mark.parametrize(("index", "dtype"), FLOAT_DIRECT)
@@ -539,10 +576,10 @@ def test_cluster_shifted_rows(n, dtype):
 
 
 def test_cluster_packed_shapes_refuse_float32():
-    """A packed shape is compiled for 16-bit dtypes only: float32 is refused, not run."""
-    packed = [i for i, s in enumerate(CLUSTER_SHAPES) if s.packed]
+    """A packed or one-row shape is compiled for 16-bit dtypes only: float32 is refused, not run."""
+    packed = [i for i, s in enumerate(CLUSTER_SHAPES) if s.packed or s.one_row]
     if not packed:
-        pytest.skip("no packed shapes in this build")
+        pytest.skip("no packed or one-row shapes in this build")
     x = torch.randn(2, 1000, device="cuda")
     for i in packed:
         with pytest.raises(RuntimeError):

@@ -152,13 +152,19 @@ class ClusterShape(NamedTuple):
     elems: int  # elements of row data per thread
     stages: int  # rows staged ahead through shared memory (0: loaded straight into registers)
     packed: bool  # held as the 16-bit packs loaded, two elements per register (float16, bfloat16 only)
+    # No row loop: one row per CTA, launched one cluster per row only (float16, bfloat16 only)
+    one_row: bool = False
 
     def runs(self, dtype: torch.dtype) -> bool:
-        """Whether the shape is compiled for `dtype` (a packed one for 16-bit dtypes only)."""
-        return not self.packed or torch.empty((), dtype=dtype).element_size() == 2
+        """Whether the shape is compiled for `dtype` (a packed or one-row one for 16-bit dtypes only)."""
+        return not (self.packed or self.one_row) or torch.empty((), dtype=dtype).element_size() == 2
+
+    def launches(self, persistent: bool) -> bool:
+        """Whether the shape takes that grid: a one-row shape takes one cluster per row only."""
+        return not (persistent and self.one_row)
 
     def label(self) -> str:
-        return f"{self.threads}x{self.elems}s{self.stages}{'P' if self.packed else ''}"
+        return f"{self.threads}x{self.elems}s{self.stages}{'P' if self.packed else ''}{'R' if self.one_row else ''}"
 
 
 CLUSTER_SHAPE_FIELDS = len(ClusterShape._fields)
@@ -169,7 +175,7 @@ def cluster_shapes() -> list[ClusterShape]:
     load_extension()
     flat = list(torch.ops.lab_tune.cluster_shapes())
     n = CLUSTER_SHAPE_FIELDS
-    return [ClusterShape(*flat[i:i + n - 1], bool(flat[i + n - 1])) for i in range(0, len(flat), n)]
+    return [ClusterShape(*flat[i:i + 3], bool(flat[i + 3]), bool(flat[i + 4])) for i in range(0, len(flat), n)]
 
 
 class BlockShape(NamedTuple):

@@ -16,12 +16,15 @@ namespace lab {
 // A CTA shape of the resident path: threads per CTA, elements of row data per thread, how many
 // rows each thread's shared-memory slots stage ahead, and how a thread holds its elements in
 // registers: as float32 (one register each), or packed, as the 16-bit packs it loaded (two per
-// register; compiled for float16 and bfloat16 only).
+// register; compiled for float16 and bfloat16 only). A one-row shape (one_row) is compiled without the
+// row loop, for a grid of one cluster per row only (a persistent launch of it is refused): the registers
+// the loop's state would hold go to the row data (float16 and bfloat16 only).
 struct ResidentShape {
   int threads;
   int elems;
   int stages;
   bool packed = false;
+  bool one_row = false;
 };
 
 // The resident path's first wave (cluster.cu, Stagger): its clusters start in `groups` groups,
