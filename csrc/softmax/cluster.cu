@@ -571,7 +571,8 @@ constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 
 // residency lower than needed.
 // A one-row kernel keeps no loop state: 16 registers besides the row data (80 at 64 floats, three 256-thread CTAs an
 // SM, as QuACK's kernel runs them). ptxas fits bfloat16's one-row shapes there without spilling, not float16's (8-16
-// bytes of spills at 80 registers; 40 with the tail's stores unrolled): those take the usual 40, two CTAs an SM.
+// bytes of spills at 80 registers): float16's keep the usual allowance of 40 besides the row data (85 registers,
+// two 256-thread CTAs an SM).
 template <int THREADS, int REGS, bool LEAN, bool ONE_ROW = false>
 constexpr int kResidentMinBlocks =
     std::max(1, 65536 / (THREADS * (REGS + (ONE_ROW ? 16 : LEAN ? 32 : 40))));
