@@ -238,7 +238,8 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 //       the resident path with a given shape index and cluster size (errors when the slice does not
 //       fit that shape), on a persistent grid or one cluster per row, the first wave's clusters
 //       started in stagger_groups groups stagger_ns apart (cluster.cu, Stagger); shape -1: the streaming
-//       path (its own cluster size; the other arguments are not used)
+//       path (its own cluster size; the other arguments are not used). A one-row shape errors on a
+//       persistent grid (the default): pass persistent=False
 //   torch.ops.lab_tune.register_cached(Tensor x, bool persistent) -> Tensor
 //   torch.ops.lab_tune.register_cached_shape(Tensor x, int shape) -> Tensor   register_cached with
 //       one of its tuning shapes, one block per row group (errors when the row does not fit it)

@@ -577,14 +577,17 @@ def test_cluster_shifted_rows(n, dtype):
 
 
 def test_cluster_packed_shapes_refuse_float32():
-    """A packed or one-row shape is compiled for 16-bit dtypes only: float32 is refused, not run."""
+    """A packed or one-row shape is compiled for 16-bit dtypes only: float32 is refused, not run (on a grid the shape
+    takes: one cluster per row for a one-row shape, which refuses a persistent one whatever the dtype)."""
     packed = [i for i, s in enumerate(CLUSTER_SHAPES) if s.packed or s.one_row]
     if not packed:
         pytest.skip("no packed or one-row shapes in this build")
     x = torch.randn(2, 1000, device="cuda")
     for i in packed:
+        persistent = CLUSTER_SHAPES[i].launches(True)
+        torch.ops.lab_tune.cluster(x.bfloat16(), i, 1, persistent)  # the same launch runs in bfloat16
         with pytest.raises(RuntimeError):
-            torch.ops.lab_tune.cluster(x, i, 1, True)
+            torch.ops.lab_tune.cluster(x, i, 1, persistent)
 
 
 # --- cuda.register_cached's tuning shapes (rows per block, elements per thread), through the tuning op --

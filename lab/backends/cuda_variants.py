@@ -175,6 +175,9 @@ def cluster_shapes() -> list[ClusterShape]:
     load_extension()
     flat = list(torch.ops.lab_tune.cluster_shapes())
     n = CLUSTER_SHAPE_FIELDS
+    if len(flat) % n:
+        raise RuntimeError(f"lab._C lists its cluster shapes in {len(flat)} numbers, not {n} per shape: an older "
+                           "build? Rebuild with bash build.sh")
     return [ClusterShape(*flat[i:i + 3], bool(flat[i + 3]), bool(flat[i + 4])) for i in range(0, len(flat), n)]
 
 

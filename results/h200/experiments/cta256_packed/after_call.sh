@@ -7,8 +7,8 @@
 # auto.txt, untimed_entries.txt).
 set -uo pipefail
 real_out=$OUT
-mkdir -p /tmp/after/remeasure /tmp/after/timings
+rm -rf /tmp/after && mkdir -p /tmp/after/remeasure /tmp/after/timings  # nothing left from an earlier call
 OUT=/tmp/after/remeasure bash results/h200/experiments/retune_ca_dc0b5d3/remeasure_call.sh; rc=$?
 OUT=/tmp/after/timings bash results/h200/experiments/cta256_packed/time_call.sh || rc=1
-tar czf "$real_out/after.tgz" -C /tmp/after remeasure timings
+tar czf "$real_out/after.tgz" -C /tmp/after remeasure timings || rc=1
 exit $rc

@@ -19,12 +19,18 @@ lvp=results/h200/experiments/cluster_lean/lean_vs_plan.py
   EXTRA="35:2 36:2 37:2 38:2 35:4 36:4 37:4 38:4 35:8 36:8 37:8 38:8 35:16 36:16 37:16 38:16" python $lvp bfloat16 \
     4096x20480 4096x24576 1024x20480 4096x40960 4096x49152 1024x40960 2048x81920 2048x98304 1024x163840 1024x196608
 } 2>&1 | grep -v "^\[" | tee "$OUT/cluster.txt"
+status=${PIPESTATUS[0]}
+grep -q " WRONG " "$OUT/cluster.txt" && status=1  # a launch that failed its float64 check (lean_vs_plan.py goes on)
 python scripts/interleave.py --variants lab.auto,cuda.register_cached,cuda.cluster,peer.quack --dtype bfloat16 \
   --rounds 7 --reps 100 --shape 4096x5120 --shape 4096x6144 --shape 4096x7168 --shape 4096x8192 \
   --shape 2048x8192 --shape 1024x6144 2>&1 | grep -v "^\[" | tee "$OUT/auto.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 for dtype in float32 bfloat16; do
   if [ $dtype = float32 ]; then shapes="4096x14336 2048x114688"; else shapes="4096x57344 2048x57344"; fi
   args=(); for sh in $shapes; do args+=(--shape "$sh"); done
-  python scripts/interleave.py --variants lab.auto,peer.quack --dtype $dtype --rounds 7 --reps 50 "${args[@]}"
+  python scripts/interleave.py --variants lab.auto,peer.quack --dtype $dtype --rounds 7 --reps 50 "${args[@]}" ||
+    echo "== interleave.py failed ($dtype)"
 done 2>&1 | grep -v "^\[" | tee "$OUT/untimed_entries.txt"
-echo "== done $(date -u +%T)"
+grep -q "interleave.py failed" "$OUT/untimed_entries.txt" && status=1
+echo "== done $(date -u +%T), status $status"
+exit "$status"

@@ -9,7 +9,8 @@ set -uo pipefail
 source scripts/device_call.sh
 begin_call
 timeout 330 python -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_gpu.py tests/test_dispatch.py \
-  tests/test_tune_cluster.py -k "cluster or explain" 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
+  tests/test_tune_cluster.py -k "cluster or explain" 2>&1 | grep -E "^(FAILED|ERROR)|passed|failed" |
+  tee "$OUT/gpu_tests.txt"
 status=${PIPESTATUS[0]}
 labels=(); for l in 256x64s1R 128x64s1R; do labels+=(--tuning-label "$l"); done
 timeout 200 bash scripts/sanitize.sh build/sanitizer --op softmax --tuning-shapes-only "${labels[@]}" 2>&1 |

@@ -6,9 +6,12 @@ set -uo pipefail
 source scripts/device_call.sh
 begin_call
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+status=0
 for v in cluster:39:4:n cluster:18:8:n; do
-  echo "== $v 1024x65536 bfloat16"
-  "$NCU" --clock-control none -k regex:cluster_resident --launch-skip 1 --launch-count 1 \
+  echo "== $v 1024x65536 bfloat16" | tee -a "$OUT/opcodes.txt"
+  timeout 120 "$NCU" --clock-control none -k regex:cluster_resident --launch-skip 1 --launch-count 1 \
     --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum --print-metric-instances details \
-    python3 scripts/profile_point.py $v 1024x65536 bfloat16 2>&1 | grep -vE "^==PROF=="
-done 2>&1 | tee "$OUT/opcodes.txt"
+    python3 scripts/profile_point.py $v 1024x65536 bfloat16 2>&1 | grep -vE "^==PROF==" | tee -a "$OUT/opcodes.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+exit "$status"

@@ -15,8 +15,11 @@ lvp=results/h200/experiments/cluster_lean/lean_vs_plan.py
 EXTRA="39:1 39:2 39:4 39:8 39:16 40:2 40:4 40:8 40:16" python $lvp bfloat16 \
   4096x16384 4096x32768 1024x65536 4096x65536 4096x131072 256x262144 2>&1 | grep -v "^\[" | tee "$OUT/cluster.txt"
 status=${PIPESTATUS[0]}
+grep -q " WRONG " "$OUT/cluster.txt" && status=1  # a launch that failed its float64 check (lean_vs_plan.py goes on)
 for v in cluster:39:4:n cuda.cluster peer.quack; do
-  echo "== ncu $v 1024x65536 bfloat16"; timeout 100 bash scripts/profile.sh $v 1024x65536 bfloat16
+  echo "== ncu $v 1024x65536 bfloat16"; timeout 100 bash scripts/profile.sh $v 1024x65536 bfloat16 ||
+    echo "== profile.sh failed ($v)"
 done 2>&1 | tee "$OUT/profile.txt"
-echo "== done $(date -u +%T)"
+grep -q "profile.sh failed" "$OUT/profile.txt" && status=1
+echo "== done $(date -u +%T), status $status"
 exit "$status"
