@@ -366,10 +366,10 @@ def _tail_rows(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, list[str]]:
     return rows.to(dtype), ["-inf tail", "-inf head", "NaN last", "only the last finite"]
 
 
-@pytest.mark.parametrize(("index", "dtype"), PACKED)
+@pytest.mark.parametrize(("index", "dtype"), PACKED + ONE_ROW)
 def test_cluster_packed_shapes_edge_shapes(index, dtype):
-    """Every packed shape x every cluster size on the edge shapes (odd N, partial last packs, row
-    strides, M = 0 and 1, long rows)."""
+    """Every packed and one-row shape x every cluster size on the edge shapes (odd N, partial last packs, row
+    strides, M = 0 and 1, long rows); a one-row shape's persistent launches must raise."""
     checked = 0
     for shape in inputs.EDGE_SHAPES:
         x = inputs.make_input(shape, dtype, "cuda")
@@ -377,9 +377,9 @@ def test_cluster_packed_shapes_edge_shapes(index, dtype):
     assert checked, "no edge shape fits this shape with any cluster size"
 
 
-@pytest.mark.parametrize(("index", "dtype"), PACKED)
+@pytest.mark.parametrize(("index", "dtype"), PACKED + ONE_ROW)
 def test_cluster_packed_shapes_special_rows(index, dtype):
-    """Every packed shape x every cluster size on the special rows (-inf entries, all -inf, +inf,
+    """Every packed and one-row shape x every cluster size on the special rows (-inf entries, all -inf, +inf,
     NaN, large magnitudes) and on rows whose -inf or NaN parts fill whole threads and CTAs."""
     _check_special_rows_every_cluster(index, dtype)
 
@@ -393,24 +393,6 @@ def _check_special_rows_every_cluster(index: int, dtype: torch.dtype) -> None:
         x, labels = _tail_rows(n, dtype)
         assert _check_every_cluster(index, x, SOFTMAX.reference(x), labels) or not any(
             _fits(CLUSTER_SHAPES[index], n, dtype, c) for c in CLUSTER_SIZES), f"N={n}: no launch was checked"
-
-
-@pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
-def test_cluster_one_row_shapes_edge_shapes(index, dtype):
-    """Every one-row shape x every cluster size on the edge shapes, one cluster per row (a persistent launch must
-    raise): odd N, partial last packs, row strides, M = 0 and 1, long rows."""
-    checked = 0
-    for shape in inputs.EDGE_SHAPES:
-        x = inputs.make_input(shape, dtype, "cuda")
-        checked += _check_every_cluster(index, x, SOFTMAX.reference(x))
-    assert checked, "no edge shape fits this shape with any cluster size"
-
-
-@pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
-def test_cluster_one_row_shapes_special_rows(index, dtype):
-    """Every one-row shape x every cluster size on the special rows and on rows whose -inf or NaN parts fill
-    whole threads and CTAs."""
-    _check_special_rows_every_cluster(index, dtype)
 
 
 @pytest.mark.parametrize(("index", "dtype"), ONE_ROW)
