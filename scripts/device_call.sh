@@ -4,7 +4,7 @@
 # one call carries at most 64 MiB: .peersA and .peersB (the two parts of the CuTe DSL's compiler library), .peers2
 # (the wheels and the rest, with its install.sh); every part is kept in /tmp/peers until the call that installs them.
 # The build comes carried as .labso/cur.so.xz (xz -T2 -c lab/_C.abi3.so > .labso/cur.so.xz here).
-# A new checkout has none of these ignored folders: after staging the peers (which writes .peers1/ir.so.xz and
+# A new checkout has none of these folders: after staging the peers (which writes .peers1/ir.so.xz and
 # .peers2/), split the library in two here with `mkdir -p .peersA .peersB && split -n 2 .peers1/ir.so.xz /tmp/irpart.
 # && mv /tmp/irpart.aa .peersA/ && mv /tmp/irpart.ab .peersB/`, and add /.labso/, /.peersA/, /.peersB/ to
 # .git/info/exclude so that the device tool copies them only when a call carries them.
