@@ -11,6 +11,7 @@ TORCH_PIN=${TORCH_PIN:-torch==2.11.0}   # the CUDA 13.0 build, as on the H200 ma
 say() { printf 'build.sh: %s\n' "$*"; }
 has_module() { "$PY" -c "import $1" >/dev/null 2>&1; }
 pip_install() {
+  say "installing $* ..."
   if "$PY" -m pip install -q "$@" >/tmp/softmax-lab-pip.log 2>&1; then say "installed $*"
   else say "could not install $* (offline?): see /tmp/softmax-lab-pip.log"; return 1; fi
 }
@@ -88,6 +89,9 @@ if install_package && ls lab/_C*.so >/dev/null 2>&1; then
   mkdir -p build && echo "$state" >"$stamp" && touch "$installed"
   say "built $(ls lab/_C*.so) in $((SECONDS - start)) s (log: build.log)"
 else
-  tail -30 build.log
-  say "the CUDA extension failed to build (full log: build.log)"; exit 1
+  # The cause, not pip's or setuptools' traceback: the compiler's first error line.
+  first=$(grep -m1 -E '(#error|error:|fatal error|Error:)' build.log | cut -c1-400)
+  say "the CUDA extension failed to build: ${first:-no compiler error in the log; its end:}"
+  [ -n "$first" ] || tail -15 build.log
+  say "full log: build.log"; exit 1
 fi

@@ -8,7 +8,8 @@ LAB_OPS=softmax,vector_add builds only those operators (a quicker build; the tes
 
 Target architecture: CUDA_ARCH (sm_90 style, comma-separated) or else TORCH_CUDA_ARCH_LIST (9.0
 style, which torch's build helpers read themselves); with neither, sm_90 (the H200). DEBUG=1 builds
-device code with -G. No GPU is needed to build, only a CUDA build of torch and nvcc.
+device code with -G. No GPU is needed to build, only a CUDA build of torch and nvcc. The C++ standard is
+the one the installed torch needs (its cpp_extension adds it).
 """
 
 import os
@@ -89,7 +90,9 @@ def extension():
         str(p.relative_to(ROOT)) for p in CSRC.glob("*.cpp")
     )
     host_opt = ["-O0", "-g"] if debug else ["-O3"]
-    nvcc = ["-std=c++17", "-lineinfo", "-Xptxas=-warn-spills", *arch_flags()]
+    # No -std flag: torch.utils.cpp_extension adds the C++ standard the installed torch's headers need
+    # (C++17 for torch 2.11, C++20 for torch 2.14, whose ATen refuses an older one).
+    nvcc = ["-lineinfo", "-Xptxas=-warn-spills", *arch_flags()]
     nvcc += ["-G", "-g", "-O0"] if debug else ["-O3"]
     if not (os.environ.get("CUDA_ARCH") or os.environ.get("TORCH_CUDA_ARCH_LIST")):
         os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"  # keep torch from probing for a GPU to pick one
@@ -97,7 +100,7 @@ def extension():
         name="lab._C",
         sources=sources,
         include_dirs=[str(CSRC / "include"), str(GENERATED)],
-        extra_compile_args={"cxx": [*host_opt, "-std=c++17", "-DPy_LIMITED_API=0x030A0000"], "nvcc": nvcc},
+        extra_compile_args={"cxx": [*host_opt, "-DPy_LIMITED_API=0x030A0000"], "nvcc": nvcc},
         extra_link_args=torch_libstdcxx(),
         py_limited_api=True,
     )

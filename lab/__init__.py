@@ -7,6 +7,8 @@ is `python -m lab.test`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -15,7 +17,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     The leading dimensions are viewed as rows: no copy when the softmax dimension is the last one and
     contiguous and the rows are evenly strided (any 2-D row stride works). Another `dim` is moved
-    last first, which costs a copy in and a copy out. Differentiable (the backward is PyTorch's).
+    last first, which costs a copy in and a copy out. An empty x gives an empty result of its shape.
+    Differentiable: the backward is the lab's own, chosen by row length (lab.backends.cuda_variants.
+    backward_choice), and compiles with the forward under torch.compile(fullgraph=True).
     float32, float16 and bfloat16 CUDA tensors; the lab's kernels accumulate in float32. Under
     torch.compile it calls torch.ops.lab.softmax (the fastest CUDA variant), whose choice is made in
     C++ at run time: a Triton choice would be a Python branch on the shape, which Dynamo may have made
@@ -38,16 +42,24 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     load_extension()
     if x.dim() == 2 and (dim == -1 or dim == 1) and (x.stride(1) == 1 or x.shape[1] <= 1):
         return _call(x)  # rows as they are: the common case, with the least host work
+    return along_rows(x, dim, _call)
+
+
+def along_rows(x: torch.Tensor, dim: int, rows_softmax) -> torch.Tensor:
+    """rows_softmax (a softmax over each row of a 2-D tensor whose rows are contiguous) applied along `dim` of
+    x, of any rank, empty ones included: `dim` is moved last (a copy in and out), the leading dimensions
+    are viewed as rows."""
     if x.dim() == 0:
-        return torch.ops.lab.softmax(x.reshape(1, 1)).reshape(())
+        return rows_softmax(x.reshape(1, 1)).reshape(())
     dim = dim % x.dim()
     if dim != x.dim() - 1:
-        return softmax(x.movedim(dim, -1).contiguous(), -1).movedim(-1, dim)
+        return along_rows(x.movedim(dim, -1).contiguous(), -1, rows_softmax).movedim(-1, dim)
     n = x.shape[-1]
     if n > 1 and x.stride(-1) != 1:
         x = x.contiguous()
-    rows = x.reshape(-1, n) if x.dim() != 2 else x
-    return _call(rows).reshape(x.shape)
+    # The row count is given, not inferred (-1): an empty x of rows of 0 elements has no count to infer.
+    rows = x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), n)
+    return rows_softmax(rows).reshape(x.shape)
 
 
 def _call(rows: torch.Tensor) -> torch.Tensor:

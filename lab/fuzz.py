@@ -30,7 +30,7 @@ import torch
 
 from lab import check, operators
 from lab.env import quiet_third_party
-from lab.inputs import Shape, irregular
+from lab.inputs import Shape, irregular, make_input
 from lab.registry import Unavailable, Variant, dtype_name, variants
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -136,15 +136,16 @@ def run_case(v: Variant, case: Case, x: torch.Tensor, ref: torch.Tensor, op) -> 
     if not res.ok:
         return res.summary()
     if case.index % 10 == 0 and case.dtype == "float32" and case.m and math.isfinite(x.float().abs().sum()):
-        return gradient_mismatch(v, x, seed=case.seed * 1_000_003 + case.index)
+        return gradient_mismatch(v.kernel(), x, seed=case.seed * 1_000_003 + case.index)
     return None
 
 
-def gradient_mismatch(v: Variant, x: torch.Tensor, seed: int) -> str | None:
-    """The variant's gradient for an upstream dy drawn from `seed` (so a failure's command redraws it)."""
+def gradient_mismatch(forward, x: torch.Tensor, seed: int) -> str | None:
+    """The gradient of forward(x) (a variant's kernel, or a compiled function of it) for an upstream dy
+    drawn from `seed` (so a failure's command redraws it), against float64; None where it agrees."""
     xg = x.detach().clone().requires_grad_()
     try:
-        y = v.kernel()(xg)
+        y = forward(xg)
     except RuntimeError as e:
         return f"FAIL (gradient): the forward on a tensor that requires grad raised: {e}".splitlines()[0]
     if y.grad_fn is None:
@@ -162,6 +163,41 @@ def gradient_mismatch(v: Variant, x: torch.Tensor, seed: int) -> str | None:
     res = check.compare(xg.grad, backward.reference(y_held, dy), x.dtype, None,
                         backward.tolerances_for(x.device), backward.error_scale(y_held, dy))
     return None if res.ok else "FAIL (gradient): " + res.summary()
+
+
+BACKWARD_ROWS = 3  # rows per compiled-backward case: compile time, not the kernel's, is what such a case costs
+
+
+def backward_row_lengths() -> list[int]:
+    """Row lengths on both sides of every threshold where the lab's softmax backward changes kernel: those of
+    the CUDA ops' choice (backward_choice) and the Triton backward's fused limit."""
+    from lab.backends import cuda_variants
+    from lab.registry import get
+
+    limits = {cuda_variants.BACKWARD_SHORT_ROWS, cuda_variants.BACKWARD_TRITON_MAX_N,
+              get("softmax_backward", "triton.fused").max_n}
+    return sorted({n + side for n in limits for side in (0, 1)})
+
+
+def compiled_backward_mismatches(kernel, dtypes, seed: int = 0) -> list[str]:
+    """torch.compile(fullgraph=True) of a softmax entry, forward and backward, at every backward_row_lengths()
+    in each dtype, each case compiled afresh (so none falls back to eager at the recompile limit): the
+    gradient against float64 (gradient_mismatch). The cases that failed, each with its problem; an error
+    (a graph break, a kernel the compiler cannot trace) is a failure too."""
+    failures = []
+    for dtype in dtypes:
+        for n in backward_row_lengths():
+            x = make_input(Shape(BACKWARD_ROWS, n), dtype, "cuda", seed + n)
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda t: kernel(t), fullgraph=True, dynamic=False)
+            try:
+                problem = gradient_mismatch(compiled, x, seed + n)
+            except Exception as e:  # the finding is the failure itself
+                problem = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            if problem:
+                failures.append(f"{dtype_name(dtype)} {BACKWARD_ROWS}x{n}: {problem}")
+    torch._dynamo.reset()
+    return failures
 
 
 def cases(seed: int, count: int, ns: list[int], max_elements: int, max_n: int,

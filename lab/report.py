@@ -74,11 +74,11 @@ def cell(r: Result, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy"))
             "pct_copy": f"({_fmt(r.pct_copy)}%)" if r.pct_copy is not None else "",
             "latency": f"{_fmt(r.median_ms * 1e3 if r.median_ms is not None else None, '.1f')}us",
             "speedup": f"{_fmt(r.speedup_vs_torch, '.2f')}x" if r.speedup_vs_torch else "",
-            "accuracy": f"err {_fmt(r.worst_ratio, '.2g')}",
+            "accuracy": f"{_fmt(r.worst_ratio, '.2g')} of tol",
         }
         return " ".join(parts[m] for m in metrics if parts[m])
-    if r.status == "checked":  # checked, not timed: what was measured is the error
-        return f"ok, err {_fmt(r.worst_ratio, '.2g')}"
+    if r.status == "checked":  # checked, not timed: what was measured is the worst error, a share of the tolerance
+        return f"ok, {_fmt(r.worst_ratio, '.2g')} of tol"
     return {"skipped": "-", "failed": "FAIL"}.get(r.status, r.status)
 
 
@@ -91,20 +91,22 @@ def grouped(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
 
 def table_rows(results: list[Result], label=None, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy"),
                ) -> tuple[list[str], list[list[str]]]:
-    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling).
+    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling); no copy column
+    where nothing was timed against a copy (checks only, interpreted kernels only).
     label(Shape) names a shape (the operator's; MxN[/stride] by default)."""
     from lab.inputs import Shape
     variants = list(dict.fromkeys(r.variant for r in results))
     shapes = list(dict.fromkeys((r.m, r.n, r.row_stride) for r in results))
     by_key = {(r.variant, r.m, r.n, r.row_stride): r for r in results}
-    header = ["shape", "copy GB/s", *variants]
+    with_copy = any(r.copy_gbps for r in results)
+    header = ["shape", *(["copy GB/s"] if with_copy else []), *variants]
     rows = []
     for m, n, s in shapes:
         copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
         shape = Shape(m, n, None if s == n else s)
         text = label(shape) if label else shape.label
         cells = (cell(by_key[(v, m, n, s)], metrics) if (v, m, n, s) in by_key else "" for v in variants)
-        rows.append([text, _fmt(copy), *cells])
+        rows.append([text, *([_fmt(copy)] if with_copy else []), *cells])
     return header, rows
 
 

@@ -3,11 +3,16 @@
 Each variant's source, csrc/<operator>/<variant>.cu, is compiled alone by nvcc with `-Xptxas -v`;
 ptxas reports, per kernel, registers, shared memory, stack frame and spill bytes. A kernel that
 spills fails the gate (tests/test_cuda_compile.py), and `python -m lab.test --resources` prints the
-table.
+table. A source's report is kept under build/resources/, keyed by everything that decides it (nvcc's version,
+the flags, every file under csrc/): compiling the same sources again (the test suite asks twice, a user
+asks again) costs nothing.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 ARCH = "sm_90"
+CACHE = ROOT / "build" / "resources"
 
 
 class CompileError(RuntimeError):
@@ -102,21 +108,55 @@ def parse_ptxas(text: str, source: str) -> list[KernelResources]:
 
 
 def compile_report(source: Path, extra_flags: tuple[str, ...] = ()) -> list[KernelResources]:
-    """Compile one .cu for ARCH (no GPU needed) and return its kernels' resources."""
+    """Compile one .cu for ARCH (no GPU needed) and return its kernels' resources: a source under csrc/ from
+    the cache where it was compiled before from the same files with the same nvcc and flags."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise CompileError("nvcc not found (set CUDA_HOME)")
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, "-std=c++17", f"-arch={ARCH}", "-O3", "-Xptxas", "-v", f"-I{CSRC / 'include'}",
-               *extra_flags, "-c", str(source), "-o", str(Path(tmp) / "k.o")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CompileError(f"{source.name} failed to compile:\n{proc.stderr.strip()}")
+    cmd = [nvcc, "-std=c++17", f"-arch={ARCH}", "-O3", "-Xptxas", "-v", f"-I{CSRC / 'include'}", *extra_flags]
     try:
         name = str(source.relative_to(ROOT))
     except ValueError:
         name = source.name
-    return parse_ptxas(proc.stderr + proc.stdout, name)
+    cached = _cache_path(cmd, source)
+    if cached is not None and cached.exists():
+        return [KernelResources(**k) for k in json.loads(cached.read_text())]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([*cmd, "-c", str(source), "-o", str(Path(tmp) / "k.o")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"{source.name} failed to compile:\n{proc.stderr.strip()}")
+    kernels = parse_ptxas(proc.stderr + proc.stdout, name)
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = cached.with_suffix(f".{os.getpid()}.part")  # whole or absent: another process may read it
+            partial.write_text(json.dumps([k.as_dict() for k in kernels]))
+            partial.replace(cached)
+        except OSError:  # a read-only install: no cache, the report stands
+            pass
+    return kernels
+
+
+def _cache_path(cmd: list[str], source: Path) -> Path | None:
+    """Where the report of `source` compiled by `cmd` is kept, or None for a source outside csrc/ (a test's)."""
+    if not source.resolve().is_relative_to(CSRC.resolve()):
+        return None
+    key = hashlib.sha256("\0".join([_nvcc_version(cmd[0]), *cmd[1:], str(source.relative_to(CSRC))]).encode())
+    key.update(_csrc_digest())
+    return CACHE / f"{key.hexdigest()[:32]}.json"
+
+
+@functools.cache
+def _nvcc_version(nvcc: str) -> str:
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+
+
+def _csrc_digest() -> bytes:
+    """Every file under csrc/ (a source includes headers, and headers include each other), by name and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in CSRC.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
+    return digest.digest()
 
 
 def short_name(kernel: str) -> str:

@@ -16,6 +16,7 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -34,8 +35,21 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 OPERATORS = operators.operators()
 
 
+def program() -> str:
+    """How the user called the lab: the console script `softmax-lab`, or `python -m lab.test`."""
+    return "softmax-lab" if Path(sys.argv[0]).name.startswith("softmax-lab") else "python -m lab.test"
+
+
+def shape_argument(text: str) -> inputs.Shape:
+    """inputs.Shape.parse for argparse, which shows only an ArgumentTypeError's own message."""
+    try:
+        return inputs.Shape.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m lab.test", description=__doc__,
+    p = argparse.ArgumentParser(prog=program(), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", default="softmax", choices=[*OPERATORS, "all"],
                    help="the operator (default softmax; all: every operator in turn)")
@@ -54,11 +68,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a few shapes only (the quick sweep; cpu without a GPU)")
     p.add_argument("--check-only", action="store_true", help="check correctness, time nothing")
     p.add_argument("--list", action="store_true", help="list the variants and whether they can run here")
-    p.add_argument("--explain", metavar="MxN", type=inputs.Shape.parse,
-                   help="say which CUDA variant torch.ops.lab.softmax (cuda.auto) runs for this shape, and why")
+    p.add_argument("--explain", metavar="MxN", type=shape_argument,
+                   help="say which variant lab.softmax (lab.auto) and torch.ops.lab.softmax (cuda.auto) run for "
+                        "this shape, and why")
     p.add_argument("--gpu", metavar="MODEL",
-                   help="with --explain: explain for this GPU model's committed table instead (e.g. 'NVIDIA H200'), "
-                        "on any machine, with or without a GPU")
+                   help="with --explain: explain for this GPU model's committed table instead ('NVIDIA H200' or "
+                        "its folder name, h200), on any machine, with or without a GPU")
     p.add_argument("--resources", action="store_true",
                    help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
     p.add_argument("--metrics", default="gbps,pct_copy", metavar="LIST",
@@ -88,7 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.gpu is not None and not args.explain:
         p.error("--gpu goes with --explain MxN (it names the GPU model whose committed table is explained)")
-    args.command = "python -m lab.test " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.command = f"{program()} " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
     except ValueError as e:
@@ -143,26 +158,26 @@ WIDTH = 120  # the widest line the lab prints, tables aside
 
 # On a terminal, with rich installed: tables drawn by rich and a progress bar over the points; the
 # plain text otherwise (logs, pipes, CI), which is what the tests read.
-TERMINAL = sys.stdout.isatty()
 _PROGRESS: list = []  # the rich Progress while the points run
+_STREAM = [sys.stdout]  # where the lab's report goes: stderr when stdout carries the CSV (`--csv` alone)
 
 
 def rich_console():
-    """rich's Console when the output is a terminal and rich is installed, else None."""
-    if not TERMINAL:
+    """rich's Console when the report goes to a terminal and rich is installed, else None."""
+    if not _STREAM[0].isatty():
         return None
     try:
         from rich.console import Console
     except ImportError:
         return None
-    return _PROGRESS[0].console if _PROGRESS else Console(width=max(WIDTH, 200))
+    return _PROGRESS[0].console if _PROGRESS else Console(file=_STREAM[0], width=max(WIDTH, 200))
 
 
 def log(msg: str = "") -> None:
     if _PROGRESS:  # above the progress bar, not through it
         _PROGRESS[0].console.print(msg, markup=False, highlight=False)
     else:
-        print(msg, flush=True)
+        print(msg, flush=True, file=_STREAM[0])
 
 
 def wrap(text: str, indent: int = 4) -> str:
@@ -170,13 +185,21 @@ def wrap(text: str, indent: int = 4) -> str:
     return textwrap.fill(text, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
 
 
+def usage_error(message: str) -> NoReturn:
+    """A request the lab cannot serve as asked (no variant matches, no such sweep): said as argparse says a bad
+    flag, on stderr with exit code 2, as is a selection of which nothing can run here."""
+    print(f"{program()}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def select(op: Operator, args: argparse.Namespace,
            device: torch.device) -> tuple[list[Runnable], list[tuple[Variant, str]]]:
     """The selected variants that can run here, and those that cannot, each with its reason."""
     chosen = variants(op.name, patterns=args.variant, backends=args.backend, skip=args.skip)
     if not chosen:
-        sys.exit(f"no {op.name} variant matches --only {args.variant} --skip {args.skip} --backend {args.backend}; "
-                 "see --list")
+        given = [f"{flag} {','.join(values)}" for flag, values in
+                 (("--only", args.variant), ("--skip", args.skip), ("--backend", args.backend)) if values]
+        usage_error(f"no {op.name} variant matches {' '.join(given)}; see --list")
     runnable, absent = [], []
     log(f"{op.name}: {op.description}; variants ({len(chosen)}):")
     for v in chosen:
@@ -280,6 +303,7 @@ def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing,
         res.pct_modeled = 100 * res.gbps / res.modeled_gbps
 
 
+EMPTY_SHAPE = "an empty shape (no elements): checked, nothing to time"
 SELECTION_SHARE = 0.25
 """The selection pass's timed calls, as a share of --rep (time_point)."""
 COPY = "copy"  # the copy ceiling's name among a point's timed calls
@@ -302,6 +326,8 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     checked: dict[str, tuple[report.Result, object]] = {}
 
     def timed(names) -> dict:
+        if not nbytes:  # an empty shape: checked (an empty result), nothing to time
+            return {}
         return {n: bench.timed_call(checked[n][1], case, by_name[n].variant.writes_out, out_shape) for n in names
                 if checked[n][1] is not None}
 
@@ -322,6 +348,10 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
             r.variant.prepare(results + so_far)  # e.g. cuda.auto's table from this run so far
             checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
     del ref  # checked: the float64 reference (2x a float32 x, 4x a 16-bit one) is not held through the timing
+    if not nbytes:
+        for res, kernel in checked.values():
+            if kernel is not None:
+                res.reason = EMPTY_SHAPE
     calls = timed(r.variant.name for r in runnable)
     if calls:
         src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
@@ -343,9 +373,12 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
     exist (an interrupted run keeps them)."""
     total = len(plan) * len(dtypes)
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
-    what = "checking" if args.check_only else f"checking, then timing ({timing})"
-    log("\n" + wrap(f"{what}: {total} shapes x {len(runnable)} variants = {total * len(runnable)} points; "
-                     f"GB/s = {op.bytes_formula} / time"))
+    points = f"{total} shapes x {len(runnable)} variants = {total * len(runnable)} points"
+    if args.check_only:
+        log("\n" + wrap(f"checking (--check-only: nothing is timed): {points}; each cell is the worst error as a "
+                         "share of the tolerance"))
+    else:
+        log("\n" + wrap(f"checking, then timing ({timing}): {points}; GB/s = {op.bytes_formula} / time"))
     with progress_bar(total) as advance:
         sweep_points(op, runnable, plan, dtypes, device, args, results, total, advance)
 
@@ -360,7 +393,7 @@ def progress_bar(total: int):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True) as progress:
+                  transient=True, console=rich_console()) as progress:
         task = progress.add_task("points", total=total)
         _PROGRESS.append(progress)
         try:
@@ -443,11 +476,14 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     report.write_wide_csv(results, out / "results_wide.csv")
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     together = "in the same run" if args.cudagraph and device.type == "cuda" else "in the same rounds"
+    if any(r.status == "ok" for r in results):
+        cells = (f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In parentheses, percent of a copy of "
+                 f"the same bytes (device-to-device on a GPU), timed the same way {together}.")
+    else:
+        cells = "Nothing was timed: each cell is the worst error of a checked point as a share of its tolerance."
     md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
           f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In "
-          "parentheses, percent of a copy of the same bytes (device-to-device on a GPU), timed the same way "
-          f"{together}. `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
+          f"{cells} `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
           "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():
@@ -479,10 +515,15 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
                "the L2 (rows of a few MiB stay there between sweeps).",
                "", "```", *summary, "```", ""]
     if kernels:
-        md += ["## CUDA kernels: resources (nvcc -Xptxas -v, sm_90)", "",
-               "| kernel | registers | smem bytes | stack bytes | spill bytes |", "|---|---|---|---|---|",
-               *(f"| `{resources.short_name(k.kernel)}` | {k.registers} | {k.shared_bytes} | {k.stack_bytes} | "
-                 f"{k.spill_store_bytes + k.spill_load_bytes} |" for k in kernels), ""]
+        md += [f"## CUDA kernels: resources (nvcc -Xptxas -v, {resources.ARCH})", "",
+               "Per source, over its kernels (every kernel is in results.json, `cuda_resources`):", "",
+               "| source | kernels | registers | most static smem bytes | spill bytes |", "|---|---|---|---|---|"]
+        for source in dict.fromkeys(k.source for k in kernels):
+            ks = [k for k in kernels if k.source == source]
+            regs = sorted(k.registers for k in ks)
+            md.append(f"| `{source}` | {len(ks)} | {regs[0]}-{regs[-1]} | {max(k.shared_bytes for k in ks)} | "
+                      f"{sum(k.spill_store_bytes + k.spill_load_bytes for k in ks)} |")
+        md.append("")
     (out / "report.md").write_text("\n".join(md))
     log(f"\nsaved {out}/: results.json, results.csv, results_wide.csv, report.md and plots")
 
@@ -497,7 +538,7 @@ def plan_for(op: Operator, args: argparse.Namespace) -> list[tuple[str, inputs.S
     default = (["quick"] if args.quick else list(op.gpu_sweeps)) if HAS_GPU else ["cpu"]
     sweeps = args.sweep or default
     if missing := [s for s in sweeps if s not in op.sweeps]:
-        sys.exit(f"{op.name} has no sweep {', '.join(missing)}; its sweeps are {', '.join(op.sweeps)}")
+        usage_error(f"{op.name} has no sweep {', '.join(missing)}; its sweeps are {', '.join(op.sweeps)}")
     return [(s, shape) for s in sweeps for shape in op.sweeps[s]]
 
 
@@ -514,6 +555,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         return 2
     dtypes = list(dict.fromkeys(DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])))
     plan = plan_for(op, args)
+    out = None if args.no_save else out_dir(op, args.out)
     start = time.perf_counter()
     results: list[report.Result] = []
     interrupted = False
@@ -522,7 +564,9 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         run_sweeps(op, runnable, plan, dtypes, device, args, results)
     except KeyboardInterrupt:
         interrupted = True
-        log(f"\ninterrupted: {len(results)} points measured so far are reported and saved")
+        kept = "reported and saved" if out and results else "reported"
+        measured = "1 point measured so far is" if len(results) == 1 else f"{len(results)} points measured so far are"
+        log(f"\ninterrupted: the {measured} {kept}")
     if HAS_GPU:
         env.update(clocks_under_load())
     print_tables(op, results, args.metrics)
@@ -536,21 +580,29 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
         log("\n" + "\n".join(wrap(f"skipped {v}: {why}") for v, why in sorted(skipped)))
+    not_timed: dict[str, list[str]] = {}
+    for r in results:
+        if r.status == "checked" and r.reason:
+            not_timed.setdefault(r.reason, [])
+            if r.variant not in not_timed[r.reason]:
+                not_timed[r.reason].append(r.variant)
+    for why, names in not_timed.items():
+        log(wrap(f"not timed {', '.join(names)}: {why}"))
     for v, reason in absent:
         log(wrap(f"not run {v.name}: {reason}"))
     failed = sorted({(r.variant, r.dtype) for r in results if r.status == "failed"}
                     | {(r.variant.name, d) for r in runnable for d in r.failed})
+    verdict = (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed
+               else "no check failed before the interruption" if interrupted else "all checks passed")
     log(f"\n{op.name}: {len(results)} points in {time.perf_counter() - start:.0f} s"
-        + ("; INTERRUPTED" if interrupted else "") + "; "
-        + (f"FAILED: {', '.join(f'{v} ({d})' for v, d in failed)}" if failed else "all checks passed"))
+        + ("; INTERRUPTED" if interrupted else "") + f"; {verdict}")
     ALL_RESULTS.extend(results)
-    out = out_dir(op, args.out)
-    if out and not args.no_save and results:
-        kernels = []
-        selected = [*(r.variant for r in runnable), *(v for v, _ in absent)]
-        if any(v.backend == "cuda" for v in selected):
-            kernels = resource_report()
-        save(op, results, env, out, absent, kernels, device, args)
+    if out and results:
+        # The kernels' registers and spills belong with a run that ran them; --resources gives them anywhere.
+        ran_cuda = device.type == "cuda" and any(r.variant.backend == "cuda" for r in runnable)
+        save(op, results, env, out, absent, resource_report() if ran_cuda else [], device, args)
+    elif results and not args.no_save:
+        log("not saved: a run without a GPU is saved only where --out DIR names a folder")
     return 130 if interrupted else 1 if failed else 0
 
 
@@ -558,7 +610,9 @@ def print_tables(op: Operator, results: list[report.Result], metrics: list[str])
     console = rich_console()
     for (sweep, dtype), rs in report.grouped(results).items():
         header, rows = report.table_rows(rs, op.shape_label, metrics)
-        title = f"{op.name}, {sweep} sweep, {dtype}: {', '.join(metrics)}; '-' skipped (reason below), FAIL failed"
+        timed = any(r.status == "ok" for r in rs)
+        shown = ", ".join(metrics) if timed else "checked, not timed: worst error / tolerance"
+        title = f"{op.name}, {sweep} sweep, {dtype}: {shown}; '-' skipped (reason below), FAIL failed"
         if console is not None:
             log()
             console.print(report.rich_table(header, rows, title))
@@ -610,9 +664,11 @@ def explain(shape: inputs.Shape, dtype_names: list[str] | None, gpu: str | None 
         return 1
     if gpu is not None:
         models = dispatch.committed_models()
-        if gpu not in models:
-            log(f"--gpu {gpu!r}: no committed table for that model; the models with one: {', '.join(sorted(models))}")
-            return 2
+        named = [m for m in models if gpu.lower() in (m.lower(), dispatch.gpu_slug(m))]
+        if not named:
+            usage_error(f"--gpu {gpu!r}: no committed table for that model; the models with one: "
+                        + ", ".join(f"{m!r} ({dispatch.gpu_slug(m)})" for m in sorted(models)))
+        gpu = named[0]
         here = torch.cuda.get_device_name(0) if HAS_GPU else "no GPU"
         where = f"{gpu}, by its committed table (explained here, on {here})"
     else:
@@ -638,8 +694,20 @@ def flags_hidden_from_libraries():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that stops reading (`softmax-lab --list | head`) ends the run quietly."""
+    try:
+        return run_command(argv)
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit: point stdout at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def run_command(argv: list[str] | None) -> int:
     quiet_third_party()
     args = parse_args(argv)
+    # `--csv` alone: stdout carries the CSV only (`> results.csv`), the report goes to stderr.
+    _STREAM[0] = sys.stderr if args.csv == "-" else sys.stdout
     if args.resources:
         log("compiling every CUDA source for sm_90 with nvcc -Xptxas -v (up to a minute)...")
         ks = print_resources()

@@ -7,7 +7,9 @@
 2. Large tensors: more than 2^31 elements, as many short rows and as few long rows, for every
    variant that claims the shape (the GPU tests' 64-bit indexing cases).
 3. The four compute-sanitizer tools over every CUDA variant (scripts/sanitize.sh).
-4. PyTorch citizenship, per variant: inside torch.compile(fullgraph=True), captured in a CUDA graph
+4. PyTorch citizenship, per variant: inside torch.compile(fullgraph=True), forward and, for the lab's own
+   entries, backward (gradients against float64 on both sides of every backward threshold, three dtypes),
+   captured in a CUDA graph
    and replayed, on a non-default stream, torch.library.opcheck (CUDA ops, .out included),
    bitwise-identical output across runs, `out` aliasing `x`.
 5. Bad input, per variant: a CPU tensor, an integer and a float64 tensor, a non-contiguous last
@@ -33,10 +35,14 @@ from lab import check, fuzz, operators
 from lab.backends import cuda_variants
 from lab.env import ROOT, environment, quiet_third_party
 from lab.inputs import Shape, make_input
-from lab.registry import Variant, variants
+from lab.registry import Variant, dtype_name, variants
 
 SOFTMAX = operators.get("softmax")
 PASS, FAIL = "pass", "FAIL"
+# The lab's own differentiable entries: lab.softmax, every torch.ops.lab softmax op, every Triton entry.
+DIFFERENTIABLE_OWN = ("lab", "cuda", "triton")
+COMPILED_BACKWARD = "compiled backward (fullgraph)"
+SECTIONS = ("fuzz", "large", "sanitizers", "citizenship", "bad_inputs")
 
 
 def cell(ok: bool, why: str = "") -> dict:
@@ -88,6 +94,14 @@ def citizenship(v: Variant) -> dict[str, dict]:
         out["non-default stream"] = cell(agrees(y, x))
     except Exception as e:
         out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+    if v.backend in DIFFERENTIABLE_OWN:
+        failures = fuzz.compiled_backward_mismatches(kernel, v.dtypes)
+        lengths = ", ".join(map(str, fuzz.backward_row_lengths()))
+        out[COMPILED_BACKWARD] = cell(not failures, "; ".join(failures[:3]) + (f" (and {len(failures) - 3} more)"
+                                                                               if len(failures) > 3 else "")
+                                      or f"N = {lengths}, in {', '.join(map(dtype_name, v.dtypes))}")
+    else:
+        out[COMPILED_BACKWARD] = na("its autograd is its library's, not the lab's")
     if v.backend == "cuda":
         op = getattr(torch.ops.lab, cuda_variants.TORCH_OPS[v.key])
         try:
@@ -204,25 +218,14 @@ def merge_fuzz(parts: list[dict]) -> dict:
 def write_markdown(data: dict, path: Path) -> None:
     md = ["# softmax-lab: how far the softmax variants can be trusted", "",
           f"Produced by `python scripts/trust.py` at commit `{data['environment']['commit']}` on "
-          f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", "",
-          "## Randomized differential testing", "",
-          ("Seeded cases in the parts below" if len(data["fuzz"].get("parts", [])) > 1 else
-           f"{data['fuzz']['cases']} seeded cases") + f" (seed {data['fuzz']['seed']}, M * N up to "
-          f"{data['fuzz'].get('max_elements', 'the default')}) against float64 torch.softmax, "
-          "gradients on every tenth float32 case.", "",
-          *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}: "
-            + (f"all {len(p['variants'])} variants" if set(p["variants"]) == set(data["fuzz"]["variants"])
-               else ", ".join(f"`{v}`" for v in p["variants"]))
-            for p in data["fuzz"].get("parts", [])), "",
-          "| variant | cases | skipped (shape or dtype it does not take) | not drawn (compiled per shape: first "
-          f"{data['fuzz']['per_shape_cases']} cases only) | mismatches |", "|---|---|---|---|---|"]
-    for name, c in data["fuzz"]["variants"].items():
-        md.append(f"| `{name}` | {c['cases']} | {c['skipped']} | {c['not drawn']} | {len(c['mismatches'])} |")
-    for name, c in data["fuzz"]["variants"].items():
-        for m in c["mismatches"][:5]:
-            md.append(f"\n- `{name}`: {m['problem']} (`{m['repro']}`)")
-    md += ["", "## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}: "
-           f"`{data['large']['command']}`: {data['large']['summary']}", ""]
+          f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", ""]
+    if left_out := [s for s in SECTIONS if s not in data.get("sections", SECTIONS)]:
+        md += [f"Sections not run (`--sections {','.join(data['sections'])}`): {', '.join(left_out)}.", ""]
+    if "fuzz" in data:
+        md += fuzz_markdown(data["fuzz"])
+    if "large" in data:
+        md += ["## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}: "
+               f"`{data['large']['command']}`: {data['large']['summary']}", ""]
     if "sanitizers" in data:
         san = data["sanitizers"]
         md += ["## compute-sanitizer over every CUDA variant", "",
@@ -231,15 +234,44 @@ def write_markdown(data: dict, path: Path) -> None:
                "| tool | errors | summary |", "|---|---|---|",
                *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
     for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs")):
+        if key not in data:
+            continue
         table = data[key]
         columns = list(dict.fromkeys(c for row in table.values() for c in row))
-        md += [f"## {title}", "", "| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        md += [f"## {title}", ""]
+        if key == "citizenship" and "compiled_backward" in data:
+            cb = data["compiled_backward"]
+            md += [f"{COMPILED_BACKWARD}: torch.compile(fullgraph=True, dynamic=False) of the entry, compiled afresh "
+                   f"for each case, forward and backward of {cb['rows']} rows of N = "
+                   f"{', '.join(map(str, cb['row_lengths']))} (both sides of every threshold where the lab's "
+                   "backward changes kernel) in each dtype the entry takes; the gradient against float64.", ""]
+        md += ["| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
         for name, row in table.items():
             md.append(f"| `{name}` | " + " | ".join(row.get(c, {}).get("result", "") for c in columns) + " |")
         notes = [(name, c, r["why"]) for name, row in table.items() for c, r in row.items()
                  if r["result"] != PASS and r["why"]]
         md += ["", *(f"- `{n}`, {c}: {w}" for n, c, w in notes), ""]
     path.write_text("\n".join(md))
+
+
+def fuzz_markdown(fz: dict) -> list[str]:
+    md = ["## Randomized differential testing", "",
+          ("Seeded cases in the parts below" if len(fz.get("parts", [])) > 1 else
+           f"{fz['cases']} seeded cases") + f" (seed {fz['seed']}, M * N up to "
+          f"{fz.get('max_elements', 'the default')}) against float64 torch.softmax, "
+          "gradients on every tenth float32 case.", "",
+          *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}: "
+            + (f"all {len(p['variants'])} variants" if set(p["variants"]) == set(fz["variants"])
+               else ", ".join(f"`{v}`" for v in p["variants"]))
+            for p in fz.get("parts", [])), "",
+          "| variant | cases | skipped (shape or dtype it does not take) | not drawn (compiled per shape: first "
+          f"{fz['per_shape_cases']} cases only) | mismatches |", "|---|---|---|---|---|"]
+    for name, c in fz["variants"].items():
+        md.append(f"| `{name}` | {c['cases']} | {c['skipped']} | {c['not drawn']} | {len(c['mismatches'])} |")
+    for name, c in fz["variants"].items():
+        for m in c["mismatches"][:5]:
+            md.append(f"\n- `{name}`: {m['problem']} (`{m['repro']}`)")
+    return [*md, ""]
 
 
 def main() -> int:
@@ -252,12 +284,19 @@ def main() -> int:
     p.add_argument("--fuzz-json", type=Path, nargs="+", help="take the randomized testing's results from these "
                    "files (python -m lab.fuzz --json at the same commit, one per part of a run split with --start) "
                    "instead of running it")
+    p.add_argument("--sections", default=",".join(SECTIONS), metavar="LIST",
+                   help=f"the sections to run, comma-separated, of {','.join(SECTIONS)} (default all)")
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
                    "OUT/trust.json with the parts given by --fuzz-json (a part run later) and rewrite trust.md")
     p.add_argument("--sanitizer-summary", type=Path, help="with --refuzz: take section 3 from the saved output of "
                    "a separate `bash scripts/h200.sh sanitize` run (its checks.txt header names the commit)")
     args = p.parse_args()
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if unknown := [s for s in args.sections if s not in SECTIONS]:
+        p.error(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if args.skip_sanitizers:
+        args.sections = [s for s in args.sections if s != "sanitizers"]
     if args.sanitizer_summary and not args.refuzz:
         sys.exit("trust: --sanitizer-summary goes with --refuzz (a GPU run runs the sanitizers itself)")
     if args.refuzz:
@@ -265,6 +304,7 @@ def main() -> int:
             sys.exit("trust: --refuzz needs --fuzz-json")
         data = json.loads((args.out / "trust.json").read_text())
         data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
+        data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), "fuzz"}]
         if args.sanitizer_summary:
             data["sanitizers"] = {**parse_sanitizers(args.sanitizer_summary.read_text()), "separate": True}
             if not data["sanitizers"]["tools"]:
@@ -279,29 +319,39 @@ def main() -> int:
         sys.exit("trust: needs a GPU")
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    data: dict = {"environment": environment()}
-    if args.fuzz_json is None:
-        args.fuzz_json = [args.out / "fuzz.json"]
-        fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--max-elements", str(args.max_elements),
-                   "--per-shape-cases", str(args.per_shape_cases), "--json", str(args.fuzz_json[0])])
-    data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
-    print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
+    data: dict = {"environment": environment(), "sections": args.sections}
+    if "fuzz" in args.sections:
+        if args.fuzz_json is None:
+            args.fuzz_json = [args.out / "fuzz.json"]
+            fuzz.main(["--cases", str(args.cases), "--seed", str(args.seed), "--max-elements",
+                       str(args.max_elements), "--per-shape-cases", str(args.per_shape_cases), "--json",
+                       str(args.fuzz_json[0])])
+        data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
+        print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
     runnable = [v for v in variants("softmax") if v.availability() is None]
-    data["citizenship"] = {v.name: citizenship(v) for v in runnable}
-    data["bad_inputs"] = {v.name: bad_inputs(v) for v in runnable}
-    data["large"] = large_tensors()
-    if not args.skip_sanitizers:
+    if "citizenship" in args.sections:
+        data["compiled_backward"] = {"rows": fuzz.BACKWARD_ROWS, "row_lengths": fuzz.backward_row_lengths()}
+        data["citizenship"] = {}
+        for v in runnable:
+            data["citizenship"][v.name] = citizenship(v)
+            print(f"citizenship: {v.name} done at {time.perf_counter() - start:.0f} s", flush=True)
+    if "bad_inputs" in args.sections:
+        data["bad_inputs"] = {v.name: bad_inputs(v) for v in runnable}
+    if "large" in args.sections:
+        data["large"] = large_tensors()
+    if "sanitizers" in args.sections:
         data["sanitizers"] = sanitizers()
     data["seconds"] = round(time.perf_counter() - start)
     (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
     write_markdown(data, args.out / "trust.md")
-    failed = [(n, c) for key in ("citizenship", "bad_inputs") for n, row in data[key].items()
+    failed = [(n, c) for key in ("citizenship", "bad_inputs") for n, row in data.get(key, {}).items()
               for c, r in row.items() if r["result"] == FAIL]
-    mismatches = sum(len(c["mismatches"]) for c in data["fuzz"]["variants"].values())
+    mismatches = sum(len(c["mismatches"]) for c in data.get("fuzz", {}).get("variants", {}).values())
     san = data.get("sanitizers", {}).get("returncode", 0)
-    print(f"trust: {mismatches} fuzz mismatches, {len(failed)} failing cells, sanitizers exit {san}, "
-          f"large tensors exit {data['large']['returncode']}; wrote {args.out}/trust.md")
-    return 1 if mismatches or failed or san or data["large"]["returncode"] else 0
+    large = data.get("large", {}).get("returncode", 0)
+    print(f"trust ({', '.join(args.sections)}): {mismatches} fuzz mismatches, {len(failed)} failing cells, "
+          f"sanitizers exit {san}, large tensors exit {large}; wrote {args.out}/trust.md")
+    return 1 if mismatches or failed or san or large else 0
 
 
 if __name__ == "__main__":

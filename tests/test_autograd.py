@@ -105,15 +105,18 @@ class TinyAttention(torch.nn.Module):
         return self.out(attn @ v).mean()
 
 
-def train(softmax, steps: int = 5) -> list[float]:
+def train(softmax, steps: int = 5, tokens: int = 8, compiled: bool = False) -> list[float]:
+    """The losses of `steps` SGD steps of TinyAttention over `tokens` tokens (the softmax's row length);
+    compiled: the model under torch.compile(fullgraph=True), forward and backward."""
     torch.manual_seed(0)
     model = TinyAttention(softmax).to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(2, 8, 16, device=DEVICE)
+    x = torch.randn(2, tokens, 16, device=DEVICE)
+    run = torch.compile(model, fullgraph=True) if compiled else model
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        loss = (model(x) - 1.0) ** 2
+        loss = (run(x) - 1.0) ** 2
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -148,7 +151,7 @@ def test_naive_composition_gradient_on_a_long_row_of_near_equal_values():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 32767, generator=g) * torch.finfo(torch.float32).tiny
     for v in variants("softmax", patterns=["torch.naive", "torch.jit_naive"]):
-        assert fuzz.gradient_mismatch(v, x, seed=5) is None, v.name
+        assert fuzz.gradient_mismatch(v.kernel(), x, seed=5) is None, v.name
 
 
 def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():
@@ -165,3 +168,94 @@ def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():
     dy = torch.randn(3, 1, device=DEVICE).expand(3, 40)  # strides (1, 0): made contiguous first
     got = cuda_variants.fastest_backward(y, dy)
     torch.testing.assert_close(got, torch._softmax_backward_data(dy, y, -1, y.dtype), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [8, 300, 20000], ids=lambda t: f"{t}-tokens")
+def test_compiled_attention_block_trains_like_eager(tokens):
+    """A small attention block that uses lab.softmax, under torch.compile(fullgraph=True), trains step for step
+    as the same block run eagerly: the compiled backward runs the lab's kernels (rows of 8 take the CUDA
+    short-row backward, 300 the Triton one, 20000 the CUDA long-row one)."""
+    import lab
+
+    torch._dynamo.reset()
+    eager = train(lab.softmax, tokens=tokens)
+    assert train(lab.softmax, tokens=tokens, compiled=True) == pytest.approx(eager, rel=1e-4, abs=1e-7)
+    assert eager[-1] < eager[0], "the block should learn something in five steps"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["lab.auto", "cuda.auto"])
+def test_compiled_backward_at_every_backward_threshold(name, dtype):
+    """lab.softmax and torch.ops.lab.softmax compiled with fullgraph=True, forward and backward, on both sides of
+    every row length where the lab's backward changes kernel: the gradient against float64 (the Triton backward,
+    launched raw, once crashed AOTAutograd's fake-tensor trace from N = 257 to 16384)."""
+    from lab import fuzz
+    from lab.registry import get
+
+    assert fuzz.compiled_backward_mismatches(get("softmax", name).kernel(), [dtype]) == []
+
+
+@pytest.mark.gpu
+def test_triton_backward_op_passes_opcheck():
+    import triton_kernels.autograd  # noqa: F401  registers the op
+
+    for n in (300, 16385):
+        y = torch.softmax(torch.randn(3, n, device="cuda"), -1)
+        torch.library.opcheck(torch.ops.lab_triton.softmax_backward.default, (y, torch.randn_like(y)))
+
+
+def test_triton_backward_op_on_both_sides_of_its_fused_limit():
+    """torch.ops.lab_triton.softmax_backward (interpreted here): the fused kernel up to MAX_N, the looped one
+    beyond, an upstream gradient of strides 0 (a sum's), and empty rows."""
+    from triton_kernels.autograd import softmax_backward
+    from triton_kernels.softmax_backward import MAX_N
+
+    for n in (MAX_N, MAX_N + 1):
+        y = torch.softmax(torch.randn(2, n, dtype=torch.float64), -1)
+        dy = torch.randn(2, n, dtype=torch.float64)
+        got = softmax_backward(y.float().to(DEVICE), dy.float().to(DEVICE))
+        res = check.compare(got, BACKWARD.reference(y, dy), torch.float32, None, BACKWARD.tolerances_for(got.device),
+                            BACKWARD.error_scale(y, dy))
+        assert res.ok, f"N = {n}: {res.summary()}"
+    y = torch.softmax(torch.randn(3, 40, device=DEVICE), -1)
+    dy = torch.randn(3, 1, device=DEVICE).expand(3, 40)
+    torch.testing.assert_close(softmax_backward(y, dy), torch._softmax_backward_data(dy, y, -1, y.dtype))
+    assert softmax_backward(y[:0], y[:0]).shape == (0, 40)
+
+
+EMPTY_SHAPES = [(0,), (5, 0), (0, 5), (5, 0, 0), (2, 0, 3), (0, 3, 4), (2, 3, 0, 4)]
+
+
+def test_lab_softmax_views_any_rank_and_empty_tensors_as_rows():
+    """lab.softmax's view of a tensor as rows (lab.along_rows), with torch's softmax of each 2-D block of rows in
+    place of the GPU kernel: every rank and dim, empty tensors included, give torch.softmax's result and shape,
+    and the kernel always sees 2-D rows of contiguous elements."""
+    import lab
+
+    def rows_softmax(rows):
+        assert rows.dim() == 2 and (rows.shape[1] <= 1 or rows.stride(1) == 1), (rows.shape, rows.stride())
+        return torch.softmax(rows, -1)
+
+    for shape in [*EMPTY_SHAPES, (), (7,), (3, 5), (2, 3, 4), (2, 3, 4, 5)]:
+        x = torch.randn(shape, dtype=torch.float64)
+        for dim in range(-max(x.dim(), 1), max(x.dim(), 1)):
+            got = lab.along_rows(x, dim, rows_softmax)
+            assert got.shape == x.shape and got.dtype == x.dtype, (shape, dim)
+            torch.testing.assert_close(got, torch.softmax(x, dim), msg=f"{shape} dim {dim}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_lab_softmax_of_empty_tensors(dtype):
+    """Every empty shape, any rank, any dim: an empty result of the input's shape and dtype, and an empty gradient."""
+    import lab
+
+    for shape in EMPTY_SHAPES:
+        for dim in range(-len(shape), len(shape)):
+            x = torch.empty(shape, dtype=dtype, device="cuda", requires_grad=True)
+            y = lab.softmax(x, dim)
+            assert y.shape == x.shape and y.dtype == dtype and y.device == x.device, (shape, dim)
+            (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+            assert g.shape == x.shape, (shape, dim)

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,13 +60,15 @@ def test_metrics_choose_the_cells():
 
 
 def test_csv_dash_prints_the_results_as_csv(tmp_path):
+    """`--csv` alone: stdout is the CSV and nothing else (`> results.csv`), the report goes to stderr."""
     proc = subprocess.run([sys.executable, "-m", "lab.test", "--only", TORCH, "--csv", *SMALL], cwd=tmp_path,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=300)
     assert_clean(proc)
-    text = proc.stdout[proc.stdout.index("sweep,variant,"):]
-    rows = list(csv.DictReader(io.StringIO(text)))
+    assert proc.stdout.startswith("sweep,variant,"), proc.stdout[:300]
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [(r["variant"], r["status"]) for r in rows] == [(TORCH, "ok")]
+    assert "all checks passed" in proc.stderr
     assert not (tmp_path / "-").exists(), "`--csv -` prints; it writes no file named -"
 
 
@@ -103,25 +104,96 @@ def test_cudagraph_needs_a_gpu_and_timing_flags_are_taken():
     assert bad_flush.returncode == 2 and "--flush-mb must be at least 1" in bad_flush.stderr
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
+# A lab run that receives Ctrl-C (a real SIGINT, sent to itself) as its point K starts: the points before it are
+# done, whatever the machine's speed (a signal sent from outside on a line of output can arrive after the last point).
+INTERRUPTED_RUN = """
+import os, signal, sys
+import lab.test as lab_test
+
+started = []
+time_point = lab_test.time_point
+
+def interrupted_at_k(*args, **kwargs):
+    started.append(1)
+    if len(started) == K:
+        os.kill(os.getpid(), signal.SIGINT)
+    return time_point(*args, **kwargs)
+
+lab_test.time_point = interrupted_at_k
+sys.exit(lab_test.main(sys.argv[1:]))
+"""
+
+
+def interrupted_run(at_point: int, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", "TRITON_INTERPRET": "1"}
+    shapes = [a for n in (100, 200, 300, 400, 500, 600, 700, 800) for a in ("--shape", f"4x{n}")]
+    code = INTERRUPTED_RUN.replace("K", str(at_point))
+    return subprocess.run([sys.executable, "-c", code, "--only", TORCH, "--dtype", "float32", *shapes, *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "lab.test", "--only", TORCH, "--dtype", "float32", "--out", str(out),
-           *(a for n in (100, 200, 300, 400, 500, 600, 700, 800) for a in ("--shape", f"4x{n}")), "--rep", "300"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("[2/"):
-            proc.send_signal(signal.SIGINT)
-            break
-    rest, err = proc.communicate(timeout=120)
-    output = "".join(lines) + rest
-    assert proc.returncode == 130, output + err
-    assert "Traceback" not in output + err
-    assert "interrupted" in output and "INTERRUPTED" in output
+    proc = interrupted_run(3, "--out", str(out))
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "interrupted: the 2 points measured so far are reported and saved" in proc.stdout
+    assert "INTERRUPTED; no check failed before the interruption" in proc.stdout
+    assert "all checks passed" not in proc.stdout, "the checks were cut off: not all of them ran"
     measured = json.loads((out / "results.json").read_text())["results"]
-    assert 2 <= len(measured) < 8 and all(r["status"] == "ok" for r in measured)
+    assert [r["n"] for r in measured] == [100, 200] and all(r["status"] == "ok" for r in measured)
+
+
+def test_ctrl_c_without_out_says_nothing_was_saved():
+    proc = interrupted_run(2)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "interrupted: the 1 point measured so far is reported\n" in proc.stdout
+    not_saved = "not saved: a run without a GPU is saved only where --out DIR names a folder\n"
+    assert not_saved in proc.stdout and "saved" not in proc.stdout.replace(not_saved, ""), proc.stdout
+
+
+def test_a_cpu_run_says_it_saved_nothing():
+    proc = lab_test("--only", TORCH, "--shape", "8x100", "--dtype", "float32")
+    assert_clean(proc)
+    assert "not saved: a run without a GPU is saved only where --out DIR names a folder" in proc.stdout
+    assert "not saved" not in lab_test("--only", TORCH, *SMALL).stdout, "--no-save asked for it: nothing to say"
+
+
+def test_an_empty_shape_is_checked_and_not_timed():
+    proc = lab_test("--shape", "0x5", "--only", TORCH, "--dtype", "float32", "--no-save")
+    assert_clean(proc)
+    assert f"not timed {TORCH}: an empty shape (no elements): checked, nothing to time" in proc.stdout
+    assert "all checks passed" in proc.stdout
+
+
+def test_check_only_says_what_its_cells_are():
+    proc = lab_test("--only", TORCH, "--check-only", *SMALL)
+    assert_clean(proc)
+    assert "GB/s" not in proc.stdout and "copy" not in proc.stdout, proc.stdout
+    assert "worst error" in proc.stdout and re.search(r"ok, [\d.e-]+ of tol", proc.stdout)
+
+
+def test_list_into_a_reader_that_stops_early():
+    """`softmax-lab --list | head -1`: the reader closes the pipe; the lab ends without a traceback."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(f"{sys.executable} -m lab.test --op all --list | head -1", shell=True, cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_the_console_script_names_itself():
+    """`softmax-lab --help` says `usage: softmax-lab`, and a run records the command as typed."""
+    code = "import sys; sys.argv[0] = '/usr/bin/softmax-lab'; from lab.test import main; sys.exit(main())"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", code, "--help"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: softmax-lab "), proc.stdout[:200]
+
+
+def test_explain_says_what_a_shape_is():
+    proc = lab_test("--explain", "foo")
+    assert proc.returncode == 2
+    assert "argument --explain: cannot read shape 'foo': expected MxN" in proc.stderr, proc.stderr
 
 
 def test_no_third_party_noise_and_no_wide_lines():

@@ -1,5 +1,10 @@
 """Gradients for the Triton softmax entries (and the lab's CUDA ops): dx = y * (dy - sum(dy * y)).
 
+`softmax_backward(y, dy)` is the op torch.ops.lab_triton.softmax_backward, a torch.library.triton_op:
+torch.compile sees its kernels through wrap_triton and traces them (AOTAutograd traces a backward with
+fake tensors, which a raw Triton launch cannot take), so a compiled backward runs the same kernels as an
+eager one. Every autograd formula of the lab that runs the Triton backward calls this op.
+
 `differentiable(forward)` wraps a softmax entry `forward(x, out=None)`: called on a tensor that
 requires grad, with grad mode on, it records a backward that runs `softmax_backward` on the saved
 output. An `out=` call cannot be recorded (autograd does not differentiate into a given buffer): it
@@ -9,14 +14,24 @@ raises instead of returning a result whose gradient would silently be missing.
 import functools
 
 import torch
+from torch.library import triton_op, wrap_triton
 
-from triton_kernels.softmax_backward import MAX_N, softmax_backward_fused, softmax_backward_looped
+from triton_kernels.common import INTERPRETED
+from triton_kernels.softmax_backward import _prepare, launch
 
 
+def _traceable(kernel):
+    # The interpreter's kernels are launched as they are: wrap_triton takes compiled @triton.jit functions
+    # only, and nothing compiles a graph around an interpreted kernel.
+    return kernel if INTERPRETED else wrap_triton(kernel)
+
+
+@triton_op("lab_triton::softmax_backward", mutates_args=())
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The lab's softmax backward on 2-D rows: rows in registers up to MAX_N elements, looped beyond."""
-    dy = dy.contiguous() if dy.dim() == 2 and dy.shape[1] > 1 and dy.stride(1) != 1 else dy
-    return (softmax_backward_fused if y.shape[1] <= MAX_N else softmax_backward_looped)(y, dy)
+    """The lab's Triton softmax backward on 2-D rows: rows in registers up to MAX_N elements, looped beyond."""
+    dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
+    out = _prepare(y, dy, None, "lab_triton::softmax_backward")
+    return launch(y, dy, out, _traceable)
 
 
 class _Softmax(torch.autograd.Function):
@@ -29,7 +44,7 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         (y,) = ctx.saved_tensors
-        return softmax_backward(y, dy), None
+        return torch.ops.lab_triton.softmax_backward(y, dy), None
 
 
 def differentiable(forward):

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_kernels.common import num_warps_for, prepare
+from triton_kernels.common import next_power_of_2, num_warps_for, prepare
 
 MAX_N = 16384  # two rows of up to 16384 elements in one program's registers (as fused's 32768 for one)
 CHUNK = 4096
@@ -55,16 +55,29 @@ def _prepare(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, name: 
     return out
 
 
+def launch(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, kernel_of=lambda k: k,
+           chunk: int = CHUNK) -> torch.Tensor:
+    """dx of the validated 2-D y and dy into out: rows of up to MAX_N elements by the fused kernel, longer
+    ones by the looped kernel. kernel_of(k) is what is launched for the @triton.jit k: k itself, or
+    torch.library.wrap_triton(k) inside a torch.library.triton_op (what torch.compile can trace)."""
+    rows, cols = y.shape
+    if y.numel() == 0:
+        return out
+    if cols <= MAX_N:
+        block = next_power_of_2(cols)
+        kernel_of(backward_fused_kernel)[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols,
+                                                  BLOCK=block, num_warps=num_warps_for(block))
+    else:
+        kernel_of(backward_looped_kernel)[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols,
+                                                   CHUNK=chunk, num_warps=8)
+    return out
+
+
 def softmax_backward_fused(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     out = _prepare(y, dy, out, "triton.fused")
-    rows, cols = y.shape
-    if cols > MAX_N:
-        raise ValueError(f"triton.fused: rows of {cols} elements exceed the {MAX_N} that fit in one program")
-    if y.numel():
-        block = triton.next_power_of_2(cols)
-        backward_fused_kernel[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols, BLOCK=block,
-                                       num_warps=num_warps_for(block))
-    return out
+    if y.shape[1] > MAX_N:
+        raise ValueError(f"triton.fused: rows of {y.shape[1]} elements exceed the {MAX_N} that fit in one program")
+    return launch(y, dy, out)
 
 
 def softmax_backward_looped(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None = None,
@@ -73,8 +86,9 @@ def softmax_backward_looped(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor
     out = _prepare(y, dy, out, "triton.looped")
     if chunk < 1 or chunk & (chunk - 1):
         raise ValueError(f"triton.looped: chunk must be a power of two, got {chunk}")
+    if y.numel() == 0:
+        return out
     rows, cols = y.shape
-    if y.numel():
-        backward_looped_kernel[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols, CHUNK=chunk,
-                                        num_warps=8)
+    backward_looped_kernel[(rows,)](y, dy, out, y.stride(0), dy.stride(0), out.stride(0), cols, CHUNK=chunk,
+                                    num_warps=8)
     return out

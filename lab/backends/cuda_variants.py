@@ -95,16 +95,17 @@ def backward_choice(n: int, on_cuda: bool) -> str:
 
 def fastest_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = y * (dy - sum(dy * y)) per row of the 2-D y, with the backward the lab measured fastest for
-    its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it."""
+    its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it. Each is an op
+    with a fake kernel (torch.ops.lab.*, torch.ops.lab_triton.*), so a compiled backward runs them too."""
     dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
     choice = backward_choice(y.shape[-1], y.is_cuda)
     if choice != "triton" and y.numel():
         return getattr(torch.ops.lab, choice)(y, dy)
     try:
-        from triton_kernels.autograd import softmax_backward
+        import triton_kernels.autograd  # noqa: F401  registers torch.ops.lab_triton.softmax_backward
     except ImportError:
         return torch._softmax_backward_data(dy, y, -1, y.dtype)
-    return softmax_backward(y, dy)
+    return torch.ops.lab_triton.softmax_backward(y, dy)
 
 
 def torch_op(op: str, name: str) -> str:
