@@ -213,9 +213,9 @@ def test_triton_backward_op_on_both_sides_of_its_fused_limit():
     from triton_kernels.softmax_backward import MAX_N
 
     for n in (MAX_N, MAX_N + 1):
-        y = torch.softmax(torch.randn(2, n, dtype=torch.float64), -1)
-        dy = torch.randn(2, n, dtype=torch.float64)
-        got = softmax_backward(y.float().to(DEVICE), dy.float().to(DEVICE))
+        y = torch.softmax(torch.randn(2, n, dtype=torch.float64, device=DEVICE), -1)
+        dy = torch.randn(2, n, dtype=torch.float64, device=DEVICE)
+        got = softmax_backward(y.float(), dy.float())
         res = check.compare(got, BACKWARD.reference(y, dy), torch.float32, None, BACKWARD.tolerances_for(got.device),
                             BACKWARD.error_scale(y, dy))
         assert res.ok, f"N = {n}: {res.summary()}"
