@@ -179,23 +179,29 @@ def backward_row_lengths() -> list[int]:
     return sorted({n + side for n in limits for side in (0, 1)})
 
 
-def compiled_backward_mismatches(kernel, dtypes, seed: int = 0) -> list[str]:
-    """torch.compile(fullgraph=True) of a softmax entry, forward and backward, at every backward_row_lengths()
-    in each dtype, each case compiled afresh (so none falls back to eager at the recompile limit): the
-    gradient against float64 (gradient_mismatch). The cases that failed, each with its problem; an error
+def backward_cases(v: Variant) -> list[tuple[torch.dtype, int]]:
+    """(dtype, N) of every backward_row_lengths() in each dtype the variant takes, where it takes that row length."""
+    return [(dtype, n) for dtype in v.dtypes for n in backward_row_lengths()
+            if v.skip_reason(Shape(BACKWARD_ROWS, n), dtype) is None]
+
+
+def compiled_backward_mismatches(v: Variant, cases: list[tuple[torch.dtype, int]], seed: int = 0) -> list[str]:
+    """torch.compile(fullgraph=True) of a softmax variant's kernel, forward and backward, at each (dtype, N) of
+    `cases` (backward_cases), each case compiled afresh (so none falls back to eager at the recompile limit):
+    the gradient against float64 (gradient_mismatch). The cases that failed, each with its problem; an error
     (a graph break, a kernel the compiler cannot trace) is a failure too."""
+    kernel = v.kernel()
     failures = []
-    for dtype in dtypes:
-        for n in backward_row_lengths():
-            x = make_input(Shape(BACKWARD_ROWS, n), dtype, "cuda", seed + n)
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda t: kernel(t), fullgraph=True, dynamic=False)
-            try:
-                problem = gradient_mismatch(compiled, x, seed + n)
-            except Exception as e:  # the finding is the failure itself
-                problem = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            if problem:
-                failures.append(f"{dtype_name(dtype)} {BACKWARD_ROWS}x{n}: {problem}")
+    for dtype, n in cases:
+        x = make_input(Shape(BACKWARD_ROWS, n), dtype, "cuda", seed + n)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: kernel(t), fullgraph=True, dynamic=False)
+        try:
+            problem = gradient_mismatch(compiled, x, seed + n)
+        except Exception as e:  # the finding is the failure itself
+            problem = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        if problem:
+            failures.append(f"{dtype_name(dtype)} {BACKWARD_ROWS}x{n}: {problem}")
     torch._dynamo.reset()
     return failures
 

@@ -97,11 +97,14 @@ def citizenship(v: Variant) -> dict[str, dict]:
     except Exception as e:
         out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
     if v.backend in DIFFERENTIABLE_OWN:
-        failures = fuzz.compiled_backward_mismatches(kernel, v.dtypes)
-        lengths = ", ".join(map(str, fuzz.backward_row_lengths()))
-        out[COMPILED_BACKWARD] = cell(not failures, "; ".join(failures[:3]) + (f" (and {len(failures) - 3} more)"
-                                                                               if len(failures) > 3 else "")
-                                      or f"N = {lengths}, in {', '.join(map(dtype_name, v.dtypes))}")
+        cases = fuzz.backward_cases(v)
+        failures = fuzz.compiled_backward_mismatches(v, cases)
+        lengths = sorted({n for _, n in cases})
+        beyond = [n for n in fuzz.backward_row_lengths() if n not in lengths]
+        ran = (f"N = {', '.join(map(str, lengths))} in {', '.join(dict.fromkeys(dtype_name(d) for d, _ in cases))}"
+               + (f"; N = {', '.join(map(str, beyond))} beyond its limit" if beyond else ""))
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        out[COMPILED_BACKWARD] = cell(bool(cases) and not failures, "; ".join(failures[:3]) + more or ran)
     else:
         out[COMPILED_BACKWARD] = na("its autograd is its library's, not the lab's")
     if v.backend == "cuda":
@@ -251,7 +254,7 @@ def write_markdown(data: dict, path: Path) -> None:
         for name, row in table.items():
             md.append(f"| `{name}` | " + " | ".join(row.get(c, {}).get("result", "") for c in columns) + " |")
         notes = [(name, c, r["why"]) for name, row in table.items() for c, r in row.items()
-                 if r["result"] != PASS and r["why"]]
+                 if r["why"] and (r["result"] != PASS or "beyond its limit" in r["why"])]
         md += ["", *(f"- `{n}`, {c}: {w}" for n, c, w in notes), ""]
     path.write_text("\n".join(md))
 

@@ -194,7 +194,10 @@ def test_compiled_backward_at_every_backward_threshold(name, dtype):
     from lab import fuzz
     from lab.registry import get
 
-    assert fuzz.compiled_backward_mismatches(get("softmax", name).kernel(), [dtype]) == []
+    v = get("softmax", name)
+    cases = [(d, n) for d, n in fuzz.backward_cases(v) if d == dtype]
+    assert {n for _, n in cases} == set(fuzz.backward_row_lengths()), "the entry takes every row length"
+    assert fuzz.compiled_backward_mismatches(v, cases) == []
 
 
 @pytest.mark.gpu

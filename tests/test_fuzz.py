@@ -168,3 +168,16 @@ def test_a_gradient_among_the_subnormals_is_judged_from_the_variants_own_y(case)
     rounded to float32 as well (torch.softmax 1.3x, the CUDA ops 2.1x the tolerance on the H200). Against
     the exact backward of the y the variant returned, both agree."""
     assert fuzz.main(["--seed", "0", "--case", case, "--only", "torch.softmax", "--max-elements", "4194304"]) == 0
+
+
+def test_backward_cases_take_both_sides_of_every_backward_threshold_within_a_variants_limits():
+    """The compiled-backward cases (trust's cell, the GPU tests): both sides of every row length where the lab's
+    backward changes kernel, in each dtype the variant takes, none beyond its limit."""
+    from lab.backends import cuda_variants
+
+    lengths = fuzz.backward_row_lengths()
+    for threshold in (cuda_variants.BACKWARD_SHORT_ROWS, cuda_variants.BACKWARD_TRITON_MAX_N):
+        assert {threshold, threshold + 1} <= set(lengths)
+    short = Variant(op="softmax", name="torch.short_rows", backend="torch", description="planted",
+                    build=lambda: torch.softmax, traffic=Traffic(1, 1), dtypes=(torch.float32,), max_n=lengths[1])
+    assert fuzz.backward_cases(short) == [(torch.float32, n) for n in lengths[:2]]
