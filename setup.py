@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 from setuptools import setup
-from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
@@ -106,18 +105,6 @@ def extension():
     )
 
 
-class BuildPy(build_py):
-    """Ship the committed dispatch tables of cuda.auto (results/<gpu>/dispatch_table.json) inside the
-    package, as lab/tables/<gpu>.json: an installed package has no results/ folder."""
-
-    def run(self):
-        super().run()
-        for table in sorted((ROOT / "results").glob("*/dispatch_table.json")):
-            dest = Path(self.build_lib) / "lab" / "tables" / f"{table.parent.name}.json"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(table.read_bytes())
-
-
 def buildable() -> str | None:
     """Why the extension cannot be built here, or None: it needs nvcc and a CUDA build of torch."""
     import torch
@@ -144,6 +131,6 @@ if __name__ == "__main__":
               "listed as unavailable", flush=True)
     setup(
         ext_modules=[] if reason else [extension()],
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPy},
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
         options={"bdist_wheel": {"py_limited_api": "cp310"}},
     )

@@ -2,24 +2,24 @@
 which of the lab's CUDA and Triton variants lab.softmax runs.
 
 The table is data built from the lab's own results on one GPU model: at every measured point
-(dtype, N, M) it names the CUDA variant with the highest median GB/s there. It is saved beside the
-results as results/<gpu>/dispatch_table.json (`python scripts/make_dispatch_table.py` rebuilds it
-from a results.json). Every committed table is installed into the extension when lab._C is loaded,
-keyed by its GPU model's name (nothing asks the GPU at import); auto uses the table of the model it
-runs on. A shape between measured points takes the entry of the next longer measured row length and,
-among that length's entries, of the next larger measured M (the largest M for more rows). Without a
-table for the GPU, or for a dtype without entries, the default rule of csrc/softmax/dispatch/auto.cu
-applies.
+(dtype, N, M) it names the CUDA variant with the highest median GB/s there. The tables the product uses
+live in the package, lab/tables/<gpu>.json, and only there: `python scripts/make_dispatch_table.py
+results/<gpu>/softmax/results.json` writes one from a run's results (an explicit act: a run alone changes
+no route), and nothing of the product reads results/. Every table of lab/tables/ is installed into the
+extension when lab._C is loaded, keyed by its GPU model's name (nothing asks the GPU at import); auto uses
+the table of the model it runs on. A shape between measured points takes the entry of the next longer
+measured row length and, among that length's entries, of the next larger measured M (the largest M for
+more rows). Without a table for the GPU, or for a dtype without entries, the default rule of
+csrc/softmax/dispatch/auto.cu applies.
 
 A lab run that times `cuda.auto` builds the table as it goes: before auto is checked and timed at a
 point, the table is rebuilt from the results of this run so far, which include every other CUDA
 variant at that point timed in a selection pass (lab.test.time_point), and installed. An entry's GB/s
 are the selection pass's (`selection_gbps`, where the results have it), not the timings reported
 beside auto's, and the table rebuilt from the saved results is the one the run ended with. The auto
-timed at a point runs the variant the saved table names there, unless a later point of another sweep
-measures the same (dtype, N, M) and its selection makes a different variant the fastest: entries are
-keyed by (dtype, N, M), not by sweep (in the committed H200 run the two sweeps share 4096x16384, and
-both name the same variant).
+timed at a point runs the variant the run's table (dispatch_table.json beside its results) names there,
+unless a later point of another sweep measures the same (dtype, N, M) and its selection makes a different
+variant the fastest: entries are keyed by (dtype, N, M), not by sweep.
 
 The table's `lab_entries` hold the same for lab.softmax (timed as the variant `lab.auto`), over the lab's
 CUDA and Triton variants: the C++ op cannot call a Triton kernel, the Python entry can. Where the
@@ -40,7 +40,6 @@ from pathlib import Path
 
 import torch
 
-from lab.env import ROOT
 from lab.registry import dtype_name, variants
 
 AUTO = "cuda.auto"
@@ -51,7 +50,8 @@ _LAB_YIELDS: dict[str, dict[str, list[list]]] = {}
 """Each table's lab_yields by GPU model name: where a faster Triton variant left the entry to a CUDA one,
 and why (explain() says so)."""
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
-FILENAME = "dispatch_table.json"
+FILENAME = "dispatch_table.json"  # a run's table, beside its results
+TABLES = Path(__file__).resolve().parent / "tables"  # the product's tables, <gpu slug>.json: package data
 
 
 def gpu_slug(name: str) -> str:
@@ -133,14 +133,23 @@ def _yield_reason(cuda: dict, triton: dict) -> str | None:
     return None
 
 
-def build_table(results: Iterable, gpu: str, source: str) -> dict:
+def run_name(results_json: Path) -> str:
+    """A run's results.json named from its GPU's folder on ("h200/softmax/results.json"), a table's `source`."""
+    parts = results_json.resolve().parts
+    if "results" in parts[:-1]:
+        return "/".join(parts[len(parts) - parts[::-1].index("results"):])
+    return "/".join(parts[-3:])
+
+
+def build_table(results: Iterable, gpu: str, source: str, compute_capability: str = "") -> dict:
     """The fastest CUDA variant (not auto itself) at every (dtype, N, M) timed in `results` (report.Result
     records or their dicts): `entries`, torch.ops.lab.softmax's; the fastest of the lab's CUDA and
     Triton variants: `lab_entries`, lab.softmax's; and where a faster Triton variant left a point to a
-    CUDA one, which and why: `lab_yields`."""
+    CUDA one, which and why: `lab_yields`. `compute_capability` ("9.0") is the GPU's, from the run's
+    environment (auto's default rule past the table depends on it: table_major)."""
     results = list(results)
     yields: dict[str, list[list]] = {}
-    return {"gpu": gpu, "source": source,
+    return {"gpu": gpu, "source": source, "compute_capability": compute_capability,
             "rule": "per dtype: the first entry [max N, max M, variant, GB/s measured] covering the shape",
             "entries": _fastest(results, ("cuda",), "cuda."),
             "lab_entries": _fastest(results, ("cuda", "triton"), "", yields),
@@ -229,13 +238,13 @@ def _device_name(index: int) -> str:
 
 
 def committed_tables() -> list[Path]:
-    """The committed tables: results/<gpu>/dispatch_table.json in a checkout; in an installed package,
-    the copies setup.py ships as lab/tables/<gpu>.json."""
-    return sorted((ROOT / "results").glob(f"*/{FILENAME}")) + sorted((Path(__file__).parent / "tables").glob("*.json"))
+    """The product's tables: lab/tables/<gpu>.json, in a checkout and in an installed package alike."""
+    return sorted(TABLES.glob("*.json"))
 
 
-def table_path(gpu: str, root: Path = ROOT) -> Path:
-    return root / "results" / gpu_slug(gpu) / FILENAME
+def table_path(gpu: str) -> Path:
+    """Where the product's table of GPU model `gpu` is (or would be)."""
+    return TABLES / f"{gpu_slug(gpu)}.json"
 
 
 def load(path: Path) -> dict:
@@ -261,16 +270,13 @@ def committed_models() -> dict[str, Path]:
 
 def table_major(path: Path) -> int:
     """The compute capability's major version of the GPU whose table is at `path`, for the default rule past the
-    table: the environment of the results.json beside it where there is one (results/<gpu>/), else, for a package's
-    copy (lab/tables/<gpu>.json, without its run), 9 where the table names cluster anywhere (cuda.cluster runs on
-    sm_90 or newer only, so a table that names it was measured there), else 0 (the rule's choice below sm_90)."""
-    results = path.parent / "results.json"
-    if results.exists():
-        cc = load(results).get("environment", {}).get("compute_capability", "")
-        if cc:
-            return int(cc.split(".")[0])
-    entries = load(path).get("entries", {})
-    return 9 if any(e[2] == "cluster" for es in entries.values() for e in es) else 0
+    table: the table's own record of it (make_dispatch_table.py writes it from the run's environment), else 9
+    where the table names cluster anywhere (cuda.cluster runs on sm_90 or newer only, so a table that names it
+    was measured there), else 0 (the rule's choice below sm_90)."""
+    table = load(path)
+    if table.get("compute_capability"):
+        return int(table["compute_capability"].split(".")[0])
+    return 9 if any(e[2] == "cluster" for es in table.get("entries", {}).values() for e in es) else 0
 
 
 def install_committed() -> list[Path]:
@@ -318,7 +324,7 @@ def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[
         path = model_table if model_table is not None else table_path(current_gpu())
         table = load(path) if path.exists() else None
         if table:
-            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a package's copy: lab/tables/
+            shown = path.relative_to(TABLES.parent.parent)  # lab/tables/<gpu>.json, in a checkout or a package
             lines.append(f"  table: {shown} (from {table['source']})")
             near = [e for e in table["entries"].get(name, []) if e[0] >= n][:4]
             lines += [f"  measured N={e[0]} M={e[1]}: cuda.{e[2]} {e[3]} GB/s" for e in near]

@@ -446,14 +446,13 @@ def teaching_summary(op: Operator, results: list[report.Result]) -> list[str]:
 
 
 def out_dir(op: Operator, base: Path | None) -> Path | None:
-    """Where an operator's results go: results/<gpu>/ for softmax (the lab's main operator) and
-    results/<gpu>/<operator>/ for the others; the same below --out DIR. None: not saved (CPU, no --out)."""
+    """Where an operator's results go: results/<gpu>/<operator>/, or <operator>/ below --out DIR. None: not saved
+    (no GPU and no --out)."""
     if base is None:
         if not HAS_GPU:
             return None
-        name = torch.cuda.get_device_name(0)
-        base = results_root() / dispatch.gpu_slug(name)
-    return base if op.name == "softmax" else base / op.name
+        base = results_root() / dispatch.gpu_slug(torch.cuda.get_device_name(0))
+    return base / op.name
 
 
 def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[tuple[Variant, str]],
@@ -470,8 +469,9 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     }
     report.write_json(results, env, extra, out / "results.json")
     if any(r.variant == dispatch.AUTO and r.status == "ok" for r in results):
-        dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), f"{out.name}/results.json at commit "
-                                           f"{env['commit']}"), out / dispatch.FILENAME)
+        source = f"{dispatch.run_name(out / 'results.json')} at commit {env['commit']}"
+        dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), source, env.get("compute_capability", "")),
+                      out / dispatch.FILENAME)
     report.write_csv(results, out / "results.csv")
     report.write_wide_csv(results, out / "results_wide.csv")
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)

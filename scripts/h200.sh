@@ -22,7 +22,7 @@
 #                                 build, then Nsight Compute on each point (profile.txt; the default PROFILE
 #                                 is below; a peer needs the peers installed)
 #   bash scripts/h200.sh remeasure [RESULTS]  build, then the near ties of a lab run (RESULTS, default
-#                                 results/h200/results.json: commit a run's results first) timed three times,
+#                                 results/h200/softmax/results.json: commit a run's results first) timed three times,
 #                                 the command scripts/targets.py --near-ties prints: $OUT/run_{1,2,3}.json
 #                                 and .txt (about 30 s a run; with the peers installed, as the run had them)
 #   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
@@ -116,7 +116,7 @@ profile() {
 
 # The near ties of a committed lab run, timed again three times (scripts/targets.py --remeasure decides them).
 remeasure() {
-  local results=${1:-results/h200/results.json} cmd
+  local results=${1:-results/h200/softmax/results.json} cmd
   cmd=$($PYTHON scripts/targets.py "$results" --near-ties) || { status=1; return; }
   if [ -z "$cmd" ]; then echo "no near ties in $results"; return; fi
   for i in 1 2 3; do

@@ -12,9 +12,9 @@ timing's spread, not a kernel's.
 "auto" is lab.auto (lab.softmax, which may run a Triton kernel) where the run timed it, else cuda.auto
 (torch.ops.lab.softmax, CUDA kernels only); --auto picks either.
 
-    python scripts/targets.py results/h200/results.json [--markdown results/h200/targets.md]
-        [--remeasure results/h200/remeasure/run_1.json run_2.json run_3.json] [--auto cuda.auto]
-    python scripts/targets.py results/h200/results.json --near-ties   # the command that re-measures them
+    python scripts/targets.py results/h200/softmax/results.json [--markdown results/h200/softmax/targets.md]
+        [--remeasure results/h200/softmax/remeasure/run_1.json run_2.json run_3.json] [--auto cuda.auto]
+    python scripts/targets.py results/h200/softmax/results.json --near-ties   # the command that re-measures them
 """
 
 from __future__ import annotations

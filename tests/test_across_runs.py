@@ -62,9 +62,9 @@ def test_verdict_edges():
 
 def test_a_run_from_git(capsys):
     head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=resources.ROOT, capture_output=True)
-    if head.returncode != 0 or not (resources.ROOT / "results" / "h200" / "results.json").exists():
+    if head.returncode != 0 or not (resources.ROOT / "results" / "h200" / "softmax" / "results.json").exists():
         pytest.skip("no git history or committed H200 run here")
-    label, data = across.load("HEAD:results/h200/results.json")
+    label, data = across.load("HEAD:results/h200/softmax/results.json")
     assert label == data["environment"]["commit"] and data["operator"] == "softmax"
 
 

@@ -96,6 +96,7 @@ def test_out_writes_results(tmp_path):
     proc = lab_test("--variant", TORCH, "--variant", CUDA[0], "--shape", "8x100",
                     "--dtype", "float32", "--out", str(out))
     assert_clean(proc)
+    out = out / "softmax"  # --out DIR: DIR/<operator>/, as results/<gpu>/<operator>/
     data = json.loads((out / "results.json").read_text())
     assert {"environment", "results"} <= set(data)
     assert {"torch", "triton", "commit", "date"} <= set(data["environment"])

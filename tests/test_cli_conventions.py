@@ -78,6 +78,7 @@ def test_output_files_and_their_folders_are_made_before_the_run(tmp_path):
                     "--csv", str(tmp_path / "nodir" / "r.csv"), "--output-json", str(tmp_path / "j" / "r.json"))
     assert_clean(proc)
     assert (tmp_path / "nodir" / "r.csv").exists() and json.loads((tmp_path / "j" / "r.json").read_text())["results"]
+    out = out / "softmax"  # the operator's folder below --out
     for name in ("results.json", "results.csv", "results_wide.csv", "report.md"):
         assert (out / name).exists(), name
     wide = list(csv.reader((out / "results_wide.csv").open()))
@@ -140,7 +141,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     assert "interrupted: the 2 points measured so far are reported and saved" in proc.stdout
     assert "INTERRUPTED; no check failed before the interruption" in proc.stdout
     assert "all checks passed" not in proc.stdout, "the checks were cut off: not all of them ran"
-    measured = json.loads((out / "results.json").read_text())["results"]
+    measured = json.loads((out / "softmax" / "results.json").read_text())["results"]
     assert [r["n"] for r in measured] == [100, 200] and all(r["status"] == "ok" for r in measured)
 
 

@@ -2,8 +2,10 @@
 into the extension, looked up per (dtype, N, M), rebuilt by the script from the committed results."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +14,12 @@ from lab import dispatch
 from lab.backends import cuda_variants
 from lab.env import ROOT
 
-COMMITTED = sorted((ROOT / "results").glob(f"*/{dispatch.FILENAME}"))
+COMMITTED = dispatch.committed_tables()  # lab/tables/<gpu>.json
+
+
+def committed_run(table: Path) -> Path:
+    """The committed lab run a product table was written from: results/<gpu>/softmax/results.json."""
+    return ROOT / "results" / table.stem / "softmax" / "results.json"
 
 
 def record(variant: str, gbps: float, n: int, m: int, dtype: str = "float32", status: str = "ok") -> dict:
@@ -196,16 +203,40 @@ def test_a_table_applies_to_its_gpu_model_only(installed_extension):
     assert torch.ops.lab_tune.auto_choice(10, 1000, torch.float32)[1] == "default rule"
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
 def test_committed_table_is_what_the_script_builds_from_the_committed_results(path, tmp_path):
+    """Each table of lab/tables/ is exactly what scripts/make_dispatch_table.py writes from the committed run
+    of its GPU model (its default destination is that table)."""
     out = tmp_path / "table.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_dispatch_table.py"),
-                           str(path.parent / "results.json"), "-o", str(out)],
+                           str(committed_run(path)), "-o", str(out)],
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""}, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    built, committed = json.loads(out.read_text()), dispatch.load(path)
-    assert built["entries"] == committed["entries"], "hand-edited or stale table"
-    assert built["lab_entries"] == committed.get("lab_entries"), "hand-edited or stale lab_entries"
+    assert json.loads(out.read_text()) == dispatch.load(path), "hand-edited or stale table"
+    assert dispatch.table_path(dispatch.load(path)["gpu"]) == path
+
+
+def test_the_product_reads_nothing_under_results(tmp_path):
+    """`import lab` installs the tables, and lab.softmax's routes and --explain read them, from lab/tables/ alone:
+    a Python audit hook sees every file the process opens, and none is under results/."""
+    code = """
+import sys
+opened = []
+sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" and args else None)
+import torch
+import lab
+from lab import dispatch
+for gpu in dispatch.committed_models():
+    dispatch.lab_choice(4096, 1000, torch.float32, gpu=gpu)
+    dispatch.table_major(dispatch.table_path(gpu))
+print("\\n".join(p for p in opened if isinstance(p, str)))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = str(ROOT / "results")
+    assert not [p for p in proc.stdout.splitlines() if p.startswith(results)], proc.stdout
+    assert any(p.startswith(str(dispatch.TABLES)) for p in proc.stdout.splitlines()), "the tables were read"
 
 
 def test_lab_entries_take_the_fastest_cuda_or_triton_variant_never_a_peer_or_torch():
@@ -283,14 +314,14 @@ def test_the_extension_reads_each_committed_table_as_python_does(installed_exten
     assert checked > 100
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.stem)
 def test_explain_for_another_gpu_model(installed_extension, path):
     """--explain --gpu MODEL on any machine (CI's has no GPU): each committed table's own entries as that model
     would take them, with the table named; past its longest row, the default rule for the compute capability its
     run recorded (cluster from sm_90, where this machine's own rule, with no GPU, would say online)."""
     table = json.loads(path.read_text())
     model = table["gpu"]
-    cc = json.loads((path.parent / "results.json").read_text())["environment"]["compute_capability"]
+    cc = json.loads(committed_run(path).read_text())["environment"]["compute_capability"]
     major = int(cc.split(".")[0])
     assert dispatch.table_major(path) == major
     for dtype_label, entries in table["entries"].items():
