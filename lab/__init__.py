@@ -1,8 +1,10 @@
-"""softmax-lab: row-wise softmax in PyTorch, Triton and CUDA C++, checked against float64 and benchmarked.
+"""softmax-lab: softmax and the operators built on it, in PyTorch, Triton and CUDA C++, checked against float64
+and benchmarked side by side.
 
-`lab.softmax(x, dim=-1)` is the lab's fast entry: for each shape, the fastest of the lab's CUDA and
-Triton kernels measured on this GPU model (the variant lab.auto), on a tensor of any rank. The harness
-is `python -m lab.test`.
+The product is `lab.softmax(x, dim=-1)`: for each shape, the fastest of the lab's CUDA and Triton kernels
+measured on this GPU model (lab/tables/), on a tensor of any rank, differentiable and compilable. Its path is
+this module, lab/ops.py and lab/dispatch.py, which import nothing of the harness. The harness (the registry,
+the checks, the timing, the report) is `python -m lab.test`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 
 import torch
 
+from lab import dispatch
+
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along `dim`, computed by the lab's fastest kernel (CUDA or Triton) measured for the shape.
@@ -18,8 +22,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     The leading dimensions are viewed as rows: no copy when the softmax dimension is the last one and
     contiguous and the rows are evenly strided (any 2-D row stride works). Another `dim` is moved
     last first, which costs a copy in and a copy out. An empty x gives an empty result of its shape.
-    Differentiable: the backward is the lab's own, chosen by row length (lab.backends.cuda_variants.
-    backward_choice), and compiles with the forward under torch.compile(fullgraph=True).
+    Differentiable: the backward is the lab's own, chosen by row length (lab.ops.backward_choice), and
+    compiles with the forward under torch.compile(fullgraph=True).
     float32, float16 and bfloat16 CUDA tensors; the lab's kernels accumulate in float32. Under
     torch.compile it calls torch.ops.lab.softmax (the fastest CUDA variant), whose choice is made in
     C++ at run time: a Triton choice would be a Python branch on the shape, which Dynamo may have made
@@ -37,7 +41,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                          f"(expected -{rank} to {rank - 1})")
     if x.device.type != "cuda":
         raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
-    from lab.backends.cuda_variants import load_extension
+    from lab.ops import load_extension
 
     load_extension()
     if x.dim() == 2 and (dim == -1 or dim == 1) and (x.stride(1) == 1 or x.shape[1] <= 1):
@@ -93,6 +97,7 @@ def _call(rows: torch.Tensor) -> torch.Tensor:
 # The function _call runs for each (M, N, dtype, device) it has seen; lab.dispatch.install() and
 # uninstall() empty it, since a new table may route a shape elsewhere.
 _ROUTES: dict = {}
+dispatch.ROUTE_CACHES.append(_ROUTES)
 
 
 def route(rows: torch.Tensor):
@@ -103,8 +108,6 @@ def route(rows: torch.Tensor):
     once and falls back to torch.ops.lab.softmax."""
     if torch.compiler.is_compiling():
         return torch.ops.lab.softmax
-    from lab import dispatch
-
     choice = dispatch.lab_choice(rows.shape[0], rows.shape[1], rows.dtype, rows.device.index or 0)
     if choice is not None and choice.startswith("triton."):
         kernel = _TRITON_KERNELS.get(choice)
@@ -115,35 +118,37 @@ def route(rows: torch.Tensor):
 
 
 def _triton_kernel(choice: str):
-    """The Triton entry of variant `choice`, or torch.ops.lab.softmax with a warning if it cannot run."""
+    """The Triton entry of variant `choice` (lab.ops.TRITON_SOFTMAX), or torch.ops.lab.softmax with a warning if
+    it cannot run here."""
+    import importlib
     import warnings
 
-    from lab.registry import Unavailable, get
+    from lab.ops import TRITON_SOFTMAX
 
     try:
-        return get("softmax", choice).kernel()
-    except (KeyError, Unavailable) as e:
+        module, function = TRITON_SOFTMAX[choice]
+        return getattr(importlib.import_module(module), function)
+    except (KeyError, ImportError, AttributeError) as e:
         warnings.warn(f"lab.softmax: the dispatch table names {choice}, which cannot run here ({e}); "
                       "using torch.ops.lab.softmax for those shapes", RuntimeWarning, stacklevel=4)
         return torch.ops.lab.softmax
 
 
-# The Triton kernels lab.softmax has called, by variant name: looked up in the registry once, not on
-# every call (the lookup cost more than a short row's kernel).
+# The Triton kernels lab.softmax has called, by variant name: looked up once, not on every call (the lookup
+# cost more than a short row's kernel).
 _TRITON_KERNELS: dict = {}
 
 
 def _register_extension() -> None:
-    """Where lab._C is built, load it and register what its ops need in Python (shape functions for
+    """Where lab._C is built, load it and register what its ops need in Python (lab.ops: shape functions for
     torch.compile and FakeTensor, autograd, auto's dispatch tables): so `import lab._C` (which imports
     this package, and torch, first) gives ops that are ready to use. Without it, nothing to do: the
     CUDA variants are listed with the reason."""
     import contextlib
 
-    from lab.backends.cuda_variants import load_extension
-    from lab.registry import Unavailable
+    from lab.ops import ExtensionUnavailable, load_extension
 
-    with contextlib.suppress(Unavailable):
+    with contextlib.suppress(ExtensionUnavailable):
         load_extension()
 
 

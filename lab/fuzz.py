@@ -171,10 +171,10 @@ BACKWARD_ROWS = 3  # rows per compiled-backward case: compile time, not the kern
 def backward_row_lengths() -> list[int]:
     """Row lengths on both sides of every threshold where the lab's softmax backward changes kernel: those of
     the CUDA ops' choice (backward_choice) and the Triton backward's fused limit."""
-    from lab.backends import cuda_variants
+    from lab import ops
     from lab.registry import get
 
-    limits = {cuda_variants.BACKWARD_SHORT_ROWS, cuda_variants.BACKWARD_TRITON_MAX_N,
+    limits = {ops.BACKWARD_SHORT_ROWS, ops.BACKWARD_TRITON_MAX_N,
               get("softmax_backward", "triton.fused").max_n}
     return sorted({n + side for n in limits for side in (0, 1)})
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lab.dispatch import dtype_name
 from lab.inputs import Shape
 
 Kernel = Callable[..., torch.Tensor]
@@ -199,7 +200,3 @@ def variants(
     if backends:
         out = [v for v in out if v.backend in backends]
     return out
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")

@@ -25,7 +25,7 @@ if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from lab import bench, check, dispatch, inputs, operators, report  # noqa: E402
+from lab import bench, check, dispatch, explain, inputs, operators, report, tabulate  # noqa: E402
 from lab.env import clocks_under_load, environment, quiet_third_party, results_root  # noqa: E402
 from lab.operators import Operator  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
@@ -468,10 +468,10 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
         "cuda_resources": [k.as_dict() for k in kernels],
     }
     report.write_json(results, env, extra, out / "results.json")
-    if any(r.variant == dispatch.AUTO and r.status == "ok" for r in results):
-        source = f"{dispatch.run_name(out / 'results.json')} at commit {env['commit']}"
-        dispatch.save(dispatch.build_table(results, env.get("gpu", "cpu"), source, env.get("compute_capability", "")),
-                      out / dispatch.FILENAME)
+    if any(r.variant == tabulate.AUTO and r.status == "ok" for r in results):
+        source = f"{tabulate.run_name(out / 'results.json')} at commit {env['commit']}"
+        tabulate.save(tabulate.build_table(results, env.get("gpu", "cpu"), source, env.get("compute_capability", "")),
+                      out / tabulate.FILENAME)
     report.write_csv(results, out / "results.csv")
     report.write_wide_csv(results, out / "results_wide.csv")
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
@@ -654,7 +654,7 @@ def print_resources() -> list:
     return ks
 
 
-def explain(shape: inputs.Shape, dtype_names: list[str] | None, gpu: str | None = None) -> int:
+def explain_command(shape: inputs.Shape, dtype_names: list[str] | None, gpu: str | None = None) -> int:
     from lab.backends.cuda_variants import load_extension
 
     try:
@@ -676,7 +676,7 @@ def explain(shape: inputs.Shape, dtype_names: list[str] | None, gpu: str | None 
             "no GPU here (the table is per GPU model; --gpu MODEL explains a model's committed table)")
     log(f"torch.ops.lab.softmax (cuda.auto) on {where}")
     for dtype in dict.fromkeys(DTYPES[d] for d in (dtype_names or ["float32", "bfloat16"])):
-        log("\n".join(dispatch.explain(shape.m, shape.n, dtype, gpu)))
+        log("\n".join(explain.explain(shape.m, shape.n, dtype, gpu)))
     return 0
 
 
@@ -713,7 +713,7 @@ def run_command(argv: list[str] | None) -> int:
         ks = print_resources()
         return 1 if not ks or any(k.spills for k in ks) else 0
     if args.explain:
-        return explain(args.explain, args.dtype, args.gpu)
+        return explain_command(args.explain, args.dtype, args.gpu)
     device = torch.device("cuda" if HAS_GPU else "cpu")
     if not HAS_GPU:
         # One thread: the CPU timings of small tensors are otherwise dominated by thread wake-ups.

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from lab import dispatch
+from lab import dispatch, tabulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(args.results.read_text())
     env = data.get("environment", {})
     gpu = env.get("gpu", "unknown")
-    source = f"{dispatch.run_name(args.results)} at commit {env.get('commit', '?')}"
-    table = dispatch.build_table(data["results"], gpu, source, env.get("compute_capability", ""))
+    source = f"{tabulate.run_name(args.results)} at commit {env.get('commit', '?')}"
+    table = tabulate.build_table(data["results"], gpu, source, env.get("compute_capability", ""))
     if not table["entries"]:
         sys.exit(f"{args.results}: no timed CUDA variant in these results: no table to build")
     out = args.out or dispatch.table_path(gpu)
-    dispatch.save(table, out)
+    tabulate.save(table, out)
     print(f"wrote {out}: " + ", ".join(f"{dt} {len(es)} entries" for dt, es in table["entries"].items()))
     return 0
 

@@ -5,7 +5,7 @@ small attention block trains step for step like the same block with torch.softma
 import pytest
 import torch
 
-from lab import check, operators
+from lab import check, operators, ops
 from lab.backends import cuda_variants
 from lab.inputs import Shape, make_input, special_input
 from lab.registry import variants
@@ -159,14 +159,14 @@ def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():
     (on a GPU with lab._C built); the Triton backward on the CPU."""
     if not compiled_ops():
         pytest.skip("lab._C is not built")
-    choice = cuda_variants.backward_choice
+    choice = ops.backward_choice
     assert [choice(n, True) for n in (1, 256, 257, 16384, 16385, 2**20)] == [
         "softmax_backward_register_cached", "softmax_backward_register_cached", "triton", "triton",
         "softmax_backward_two_pass", "softmax_backward_two_pass"]
     assert {choice(n, False) for n in (1, 300, 2**20)} == {"triton"}
     y = torch.softmax(torch.randn(3, 40, dtype=torch.float64), -1).to(DEVICE, torch.float32)
     dy = torch.randn(3, 1, device=DEVICE).expand(3, 40)  # strides (1, 0): made contiguous first
-    got = cuda_variants.fastest_backward(y, dy)
+    got = ops.fastest_backward(y, dy)
     torch.testing.assert_close(got, torch._softmax_backward_data(dy, y, -1, y.dtype), rtol=1e-5, atol=1e-6)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab import dispatch
+from lab import dispatch, explain, tabulate
 from lab.backends import cuda_variants
 from lab.env import ROOT
 
@@ -43,7 +43,7 @@ RECORDS = [
 
 
 def test_build_table_keeps_the_fastest_cuda_variant_per_point():
-    table = dispatch.build_table(RECORDS, "NVIDIA H200", "test")
+    table = tabulate.build_table(RECORDS, "NVIDIA H200", "test")
     assert table["entries"] == {"float32": [[1024, 65536, "register_cached", 4000], [65536, 1024, "cluster", 3900],
                                             [65536, 4096, "online", 3950]]}
 
@@ -53,7 +53,7 @@ def test_a_variant_whose_limits_depend_on_m_never_enters_the_table():
     also cover 4096 rows, which it refuses. The next fastest CUDA variant takes the point."""
     records = [*RECORDS, record("cuda.grid_split", 9999, 65536, 1024), record("cuda.grid_split", 9999, 524288, 8),
                record("cuda.cluster", 1500, 524288, 8)]
-    entries = dispatch.build_table(records, "NVIDIA H200", "test")["entries"]["float32"]
+    entries = tabulate.build_table(records, "NVIDIA H200", "test")["entries"]["float32"]
     assert [65536, 1024, "cluster", 3900] in entries and [524288, 8, "cluster", 1500] in entries
     assert not any(e[2] == "grid_split" for e in entries)
 
@@ -77,12 +77,12 @@ def installed_extension():
     (10**6, 65536, "online"),  # more rows than any measured M: the largest
 ])
 def test_lookup(installed_extension, m, n, expected):
-    dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(RECORDS, dispatch.current_gpu(), "test"))
     assert list(torch.ops.lab_tune.auto_choice(m, n, torch.float32)) == [expected, "table", ""]
 
 
 def test_default_rule_outside_the_table(installed_extension):
-    dispatch.install(dispatch.build_table(RECORDS, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(RECORDS, dispatch.current_gpu(), "test"))
     assert torch.ops.lab_tune.auto_choice(5, 70000, torch.float32)[1] == "default rule"  # longer than any entry
     assert list(torch.ops.lab_tune.auto_choice(5, 100, torch.bfloat16)) == ["register_cached", "default rule", ""]
 
@@ -95,7 +95,7 @@ def test_odd_rows_rule(installed_extension):
     aligned rows keep the table's choice."""
     cluster_everywhere = [record("cuda.cluster", 3000, n, 4096, dtype) for n in (1024, 16384, 65536)
                           for dtype in ("float32", "bfloat16")]
-    dispatch.install(dispatch.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(cluster_everywhere, dispatch.current_gpu(), "test"))
     limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
     seen = set()
     for dtype in (torch.float32, torch.bfloat16):
@@ -129,7 +129,7 @@ def test_tiles_rule(installed_extension):
     rows keep the table's choice."""
     table = [record("cuda.register_cached", 3000, n, m, dtype) for n in (32, 64, 128) for m in (4096, 1048576)
              for dtype in ("float32", "bfloat16", "float16")]
-    dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(table, dispatch.current_gpu(), "test"))
     seen = set()
     # (longest N, fewest rows) of each tier, shortest rows first
     tiers = {torch.float32: ((64, 131072),), torch.bfloat16: ((32, 32768), (64, 131072)),
@@ -146,7 +146,7 @@ def test_tiles_rule(installed_extension):
                 assert list(torch.ops.lab_tune.auto_choice(m, n, dtype, True)) == ["register_cached", "table", ""]
                 seen.add((dtype, tiled))
     assert seen == {(dtype, tiled) for dtype in tiers for tiled in (True, False)}
-    text = "\n".join(dispatch.explain(1048576, 63, torch.float32))
+    text = "\n".join(explain.explain(1048576, 63, torch.float32))
     assert "cuda.tiled_rows (table, then the tiles rule)" in text and "tiles rule: rows of 63 elements" in text, text
 
 
@@ -154,17 +154,17 @@ def test_explain_says_how_full_a_cluster_slice_is(installed_extension):
     """--explain where the table names cluster: its launch (shape, CTAs per row) and how full each CTA's slice is,
     from the launcher's own plan (torch.ops.lab_tune.cluster_plan)."""
     table = [record("cuda.cluster", 3000, n, 4096) for n in (16384, 32768, 65536)]
-    dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(table, dispatch.current_gpu(), "test"))
     shapes = cuda_variants.cluster_shapes()
     for n in (20480, 32768, 40000):
-        text = "\n".join(dispatch.explain(4096, n, torch.float32))
+        text = "\n".join(explain.explain(4096, n, torch.float32))
         shape, cluster, *_ = torch.ops.lab_tune.cluster_plan(n, torch.float32, 4096)
         held = shapes[shape].threads * shapes[shape].elems
         per_cta = -(-n // cluster)
         assert f"cluster: {cluster} CTA(s) per row of {shapes[shape].threads} threads" in text, text
         assert f"each CTA's slice: {per_cta} of the {held} elements its threads hold " \
                f"({100 * per_cta / held:.0f}% full: " in text, text
-    text = "\n".join(dispatch.explain(4096, 20480, torch.float32))  # 640 packs over 128 threads: 5 each
+    text = "\n".join(explain.explain(4096, 20480, torch.float32))  # 640 packs over 128 threads: 5 each
     assert f"of each thread's {shapes[torch.ops.lab_tune.cluster_plan(20480, torch.float32, 4096)[0]].elems // 4} " \
            "packs" in text and "full: 5 of each" in text, text
 
@@ -173,10 +173,10 @@ def test_explain_says_how_odd_rows_are_taken(installed_extension):
     """--explain on odd N where the table names cluster: the odd-rows rule and its reason up to register_cached's
     limit; past it, cluster's own plan for the shifted rows."""
     table = [record("cuda.cluster", 3000, n, 4096, "bfloat16") for n in (8192, 16384, 65536)]
-    dispatch.install(dispatch.build_table(table, dispatch.current_gpu(), "test"))
+    dispatch.install(tabulate.build_table(table, dispatch.current_gpu(), "test"))
     said = set()
     for m, n in ((4096, 8193), (4096, 16383), (8, 16383), (4096, 65535)):
-        text = "\n".join(dispatch.explain(m, n, torch.bfloat16))
+        text = "\n".join(explain.explain(m, n, torch.bfloat16))
         why = torch.ops.lab_tune.auto_choice(m, n, torch.bfloat16, False)[2]
         shifted = list(torch.ops.lab_tune.cluster_plan(n, torch.bfloat16, m, False))
         if why:
@@ -199,7 +199,7 @@ def test_malformed_table_is_refused(installed_extension):
 
 def test_a_table_applies_to_its_gpu_model_only(installed_extension):
     torch.ops.lab_tune.set_auto_table(dispatch.current_gpu(), [], [])
-    dispatch.install(dispatch.build_table(RECORDS, "Some Other GPU", "test"))
+    dispatch.install(tabulate.build_table(RECORDS, "Some Other GPU", "test"))
     assert torch.ops.lab_tune.auto_choice(10, 1000, torch.float32)[1] == "default rule"
 
 
@@ -228,7 +228,7 @@ import lab
 from lab import dispatch
 for gpu in dispatch.committed_models():
     dispatch.lab_choice(4096, 1000, torch.float32, gpu=gpu)
-    dispatch.table_major(dispatch.table_path(gpu))
+    dispatch.load(dispatch.table_path(gpu))
 print("\\n".join(p for p in opened if isinstance(p, str)))
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
@@ -242,7 +242,7 @@ print("\\n".join(p for p in opened if isinstance(p, str)))
 def test_lab_entries_take_the_fastest_cuda_or_triton_variant_never_a_peer_or_torch():
     records = [*RECORDS, record("torch.softmax", 99999, 65536, 1024), record("peer.quack", 99999, 65536, 1024),
                record("lab.auto", 99999, 65536, 1024)]
-    table = dispatch.build_table(records, "NVIDIA H200", "test")
+    table = tabulate.build_table(records, "NVIDIA H200", "test")
     assert table["lab_entries"] == {"float32": [
         [1024, 65536, "triton.fused", 9999], [65536, 1024, "cuda.cluster", 3900], [65536, 4096, "cuda.online", 3950]]}
 
@@ -253,39 +253,39 @@ def test_a_triton_variant_takes_a_lab_entry_only_beyond_the_margin_over_cuda():
     records = [timed("cuda.register_cached", 1000, 512, 0.0091), timed("triton.multirow", 1012, 512, 0.0090),
                timed("cuda.cluster", 3970, 65536, 1.0), timed("triton.looped", 4000, 65536, 0.9925),
                timed("cuda.online", 3900, 131072, 1.0), timed("triton.looped", 4000, 131072, 0.975)]
-    entries = dispatch.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
+    entries = tabulate.build_table(records, "NVIDIA H200", "test")["lab_entries"]["float32"]
     assert [e[2] for e in entries] == ["cuda.register_cached", "cuda.cluster", "triton.looped"]
 
 
 def test_a_triton_kernel_shorter_than_its_routes_host_time_yields_to_cuda():
     """Twice as fast, but shorter than a call's host time on the Triton route: the CUDA variant keeps
     the entry; the same lead on a kernel longer than that takes it."""
-    short = dispatch.TRITON_HOST_MS / 2
+    short = tabulate.TRITON_HOST_MS / 2
     records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
                timed("cuda.cluster", 1000, 8192, 4 * short), timed("triton.multirow", 2000, 8192, 2 * short)]
-    table = dispatch.build_table(records, "NVIDIA H200", "test")
+    table = tabulate.build_table(records, "NVIDIA H200", "test")
     assert [e[2] for e in table["lab_entries"]["float32"]] == ["cuda.register_cached", "triton.multirow"]
     (yielded,) = table["lab_yields"]["float32"]  # the table says which Triton variant left which shape
     assert yielded[:4] == [4096, 4096, "triton.multirow", 2000] and "TRITON_HOST_MS" in yielded[4]
 
 
 def test_explain_says_why_a_faster_triton_variant_left_the_shape_to_cuda(installed_extension):
-    short = dispatch.TRITON_HOST_MS / 2
+    short = tabulate.TRITON_HOST_MS / 2
     records = [timed("cuda.register_cached", 1000, 4096, 2 * short), timed("triton.multirow", 2000, 4096, short),
                timed("cuda.register_cached", 1000, 512, 2 * short), timed("triton.multirow", 1005, 512, short)]
-    dispatch.install(dispatch.build_table(records, dispatch.current_gpu(), "test"))
-    lines = dispatch.explain(4096, 3000, torch.float32)
+    dispatch.install(tabulate.build_table(records, dispatch.current_gpu(), "test"))
+    lines = explain.explain(4096, 3000, torch.float32)
     assert any(line.strip().startswith("triton.multirow measured 2000") and "TRITON_HOST_MS" in line for line in lines)
-    lines = dispatch.explain(100, 500, torch.float32)  # within the margin: the other reason
+    lines = explain.explain(100, 500, torch.float32)  # within the margin: the other reason
     assert any("triton.multirow measured 1005" in line and "within 1%" in line for line in lines)
-    assert not [line for line in dispatch.explain(100, 5000, torch.float32) if "there, faster" in line]  # no entry
+    assert not [line for line in explain.explain(100, 5000, torch.float32) if "there, faster" in line]  # no entry
 
 
 @pytest.mark.parametrize(("m", "n"), [(m, n) for m in (1, 100, 1024, 2000, 10**6) for n in (1, 1000, 1024, 4096,
                                                                                             65536, 65537)])
 def test_the_python_rule_is_the_extensions(installed_extension, m, n):
     """lab.softmax looks its entries up with the rule torch.ops.lab.softmax's C++ applies to its own."""
-    table = dispatch.build_table(RECORDS, dispatch.current_gpu(), "test")
+    table = tabulate.build_table(RECORDS, dispatch.current_gpu(), "test")
     dispatch.install(table)
     variant, source, _ = torch.ops.lab_tune.auto_choice(m, n, torch.float32)
     python = dispatch.choose(table["entries"]["float32"], m, n)
@@ -323,17 +323,17 @@ def test_explain_for_another_gpu_model(installed_extension, path):
     model = table["gpu"]
     cc = json.loads(committed_run(path).read_text())["environment"]["compute_capability"]
     major = int(cc.split(".")[0])
-    assert dispatch.table_major(path) == major
+    assert explain.table_major(path) == major
     for dtype_label, entries in table["entries"].items():
         dtype = getattr(torch, dtype_label)
         for n, m, variant, _ in entries[:: max(1, len(entries) // 6)]:
-            lines = dispatch.explain(m, n, dtype, model)
+            lines = explain.explain(m, n, dtype, model)
             assert lines[0].startswith(f"auto for {m}x{n} {dtype_label}: cuda.{variant} (table"), lines
             assert any(line.startswith(f"  table: {path.relative_to(ROOT)}") for line in lines), lines
         past = max(e[0] for e in entries) * 2
         expected, _, _ = torch.ops.lab_tune.auto_choice(4, past, dtype, True, model, major)
         assert expected == ("cluster" if major >= 9 else "online")  # the default rule's long rows (auto.cu)
-        lines = dispatch.explain(4, past, dtype, model)
+        lines = explain.explain(4, past, dtype, model)
         assert lines[0] == f"auto for 4x{past} {dtype_label}: cuda.{expected} (default rule)", lines
 
 
@@ -341,16 +341,16 @@ def test_explain_for_a_model_below_sm90(installed_extension, tmp_path, monkeypat
     """A table measured below sm_90, shipped without its run (a package's lab/tables/ copy): no entry names cluster,
     so past its rows the default rule for such a GPU applies (online), whatever GPU this machine has or lacks."""
     below = [r for r in RECORDS if r["variant"] != "cuda.cluster"]  # cluster does not run below sm_90
-    table = dispatch.build_table(below, "Test GPU below sm_90", "test")
+    table = tabulate.build_table(below, "Test GPU below sm_90", "test")
     assert not any(e[2] == "cluster" for es in table["entries"].values() for e in es)
     path = tmp_path / "tables" / "test.json"
-    dispatch.save(table, path)
+    tabulate.save(table, path)
     monkeypatch.setattr(dispatch, "committed_tables", lambda: [path])
     dispatch.install(table)
     try:
-        assert dispatch.table_major(path) == 0
+        assert explain.table_major(path) == 0
         past = max(e[0] for e in table["entries"]["float32"]) * 4
-        lines = dispatch.explain(4, past, torch.float32, "Test GPU below sm_90")
+        lines = explain.explain(4, past, torch.float32, "Test GPU below sm_90")
         assert lines[0] == f"auto for 4x{past} float32: cuda.online (default rule)", lines
     finally:
         dispatch.uninstall("Test GPU below sm_90")
@@ -389,25 +389,32 @@ def test_explain_for_another_gpu_model_on_the_command_line(installed_extension, 
 
 
 def test_lab_softmax_routes_to_the_triton_entry_its_table_names(installed_extension, monkeypatch):
-    """A Triton choice calls that variant's entry (differentiable, like the op); a CUDA choice, or none,
-    calls torch.ops.lab.softmax, which picks the CUDA variant itself."""
+    """A Triton choice calls that variant's entry (lab.ops.TRITON_SOFTMAX; differentiable, like the op); a CUDA
+    choice, or none, calls torch.ops.lab.softmax, which picks the CUDA variant itself; a Triton variant the
+    product does not know warns and takes torch.ops.lab.softmax."""
+    import importlib
+
     import lab
-    from lab import registry
-
-    asked = []
-
-    class Entry:
-        def kernel(self):
-            return "the Triton entry"
+    from lab.ops import TRITON_SOFTMAX
 
     monkeypatch.setattr(lab, "_TRITON_KERNELS", {})  # the kernels earlier calls found stay out of it
-    choices = {1000: "triton.fused", 5000: "cuda.cluster"}
+    choices = {1000: "triton.fused", 5000: "cuda.cluster", 6000: "triton.nonesuch"}
     monkeypatch.setattr(dispatch, "lab_choice", lambda m, n, dtype, device=0: choices.get(n))
-    monkeypatch.setattr(registry, "get", lambda op, name: asked.append((op, name)) or Entry())
-    assert lab.route(torch.empty(100, 1000, device="meta")) == "the Triton entry"
-    assert asked == [("softmax", "triton.fused")]
+    module, function = TRITON_SOFTMAX["triton.fused"]
+    assert lab.route(torch.empty(100, 1000, device="meta")) is getattr(importlib.import_module(module), function)
     assert lab.route(torch.empty(100, 5000, device="meta")) is torch.ops.lab.softmax
     assert lab.route(torch.empty(100, 7, device="meta")) is torch.ops.lab.softmax
+    with pytest.warns(RuntimeWarning, match="names triton.nonesuch, which cannot run here"):
+        assert lab.route(torch.empty(100, 6000, device="meta")) is torch.ops.lab.softmax
+
+
+def test_the_products_triton_entries_are_the_registered_ones():
+    """lab.ops.TRITON_SOFTMAX (what lab.softmax can route to) and the registry's Triton softmax variants are one
+    list: every registered one is routable, none routable is unregistered."""
+    from lab.ops import TRITON_SOFTMAX
+    from lab.registry import variants
+
+    assert sorted(TRITON_SOFTMAX) == sorted(v.name for v in variants("softmax", backends=["triton"]))
 
 
 def test_lab_softmax_refuses_cpu_tensors():

@@ -173,10 +173,10 @@ def test_a_gradient_among_the_subnormals_is_judged_from_the_variants_own_y(case)
 def test_backward_cases_take_both_sides_of_every_backward_threshold_within_a_variants_limits():
     """The compiled-backward cases (trust's cell, the GPU tests): both sides of every row length where the lab's
     backward changes kernel, in each dtype the variant takes, none beyond its limit."""
-    from lab.backends import cuda_variants
+    from lab import ops
 
     lengths = fuzz.backward_row_lengths()
-    for threshold in (cuda_variants.BACKWARD_SHORT_ROWS, cuda_variants.BACKWARD_TRITON_MAX_N):
+    for threshold in (ops.BACKWARD_SHORT_ROWS, ops.BACKWARD_TRITON_MAX_N):
         assert {threshold, threshold + 1} <= set(lengths)
     short = Variant(op="softmax", name="torch.short_rows", backend="torch", description="planted",
                     build=lambda: torch.softmax, traffic=Traffic(1, 1), dtypes=(torch.float32,), max_n=lengths[1])

@@ -5,7 +5,7 @@ is built from. Runs on the CPU with torch kernels standing in for variants."""
 import pytest
 import torch
 
-from lab import bench, dispatch, inputs
+from lab import bench, inputs, tabulate
 from lab import test as lab_test
 from lab.operators.softmax import SOFTMAX
 from lab.registry import Traffic, Variant, variants
@@ -78,10 +78,10 @@ def test_the_table_is_built_from_the_selection_pass():
     base = {"backend": "cuda", "status": "ok", "dtype": "float32", "n": 1024, "m": 4096}
     results = [{**base, "variant": "cuda.cluster", "gbps": 3900, "selection_gbps": 3800, "median_ms": 0.1},
                {**base, "variant": "cuda.register_cached", "gbps": 3850, "selection_gbps": 3870, "median_ms": 0.1}]
-    table = dispatch.build_table(results, "GPU", "test")
+    table = tabulate.build_table(results, "GPU", "test")
     assert table["entries"]["float32"] == [[1024, 4096, "register_cached", 3870.0]]
     no_pass = [{k: v for k, v in r.items() if k != "selection_gbps"} for r in results]
-    assert dispatch.build_table(no_pass, "GPU", "test")["entries"]["float32"][0][2] == "cluster"
+    assert tabulate.build_table(no_pass, "GPU", "test")["entries"]["float32"][0][2] == "cluster"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

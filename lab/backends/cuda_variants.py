@@ -11,101 +11,17 @@ from typing import NamedTuple
 
 import torch
 
+from lab import ops
 from lab.inputs import Shape
 from lab.registry import Traffic, Unavailable, Variant, register
 
-_LOADED: list[str] = []
-
 
 def load_extension() -> None:
-    """Import lab._C (registers torch.ops.lab.*) and the ops' shape functions, once."""
-    if _LOADED:
-        return
+    """lab.ops.load_extension for the harness: lab._C's ops made ready, or Unavailable with the reason."""
     try:
-        import lab._C  # noqa: F401
-    except ImportError as e:
-        raise Unavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
-    differentiable = {*CUDA_VARIANTS, AUTO_OP}
-    for name in (n for n in torch_op_names() if hasattr(torch.ops.lab, n)):  # a build may hold some operators only
-        # Every op returns a contiguous tensor shaped like its first input.
-        torch.library.register_fake(f"lab::{name}")(
-            lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
-        )
-        # The .out overload writes into `out` and returns nothing (opcheck's fake-tensor test needs it too).
-        torch.library.register_fake(f"lab::{name}.out")(lambda *inputs, out: None)
-        if name in differentiable:
-            # Softmax is differentiable: dx = y * (dy - sum(dy * y)) per row, on the saved y.
-            torch.library.register_autograd(f"lab::{name}", _softmax_backward, setup_context=_save_output)
-        # Every other overload (each .out, the other operators' ops) refuses a tensor that requires grad
-        # instead of PyTorch's default, a warning and a result that silently has no gradient.
-        for overload in ("out",) if name in differentiable else ("default", "out"):
-            _refuse_gradients(name, overload)
-    from lab import dispatch
-
-    dispatch.install_committed()  # auto's measured tables, each for its GPU model
-    _LOADED.append("lab._C")
-
-
-_AUTOGRAD_IMPLS = torch.library.Library("lab", "IMPL")  # the refusing Autograd kernels below live as long as this
-
-
-def _refuse_gradients(name: str, overload: str) -> None:
-    op = getattr(getattr(torch.ops.lab, name), overload)
-    qualified = f"lab::{name}" + (f".{overload}" if overload != "default" else "")
-    why = ("out= arguments do not take part in autograd; call it without out=" if overload == "out"
-           else "it has no backward; detach the inputs or use a differentiable op")
-
-    def autograd_kernel(*args, **kwargs):
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                           for a in (*args, *kwargs.values())):
-            raise RuntimeError(f"{qualified} cannot be differentiated: an input requires grad and {why}")
-        with torch._C._AutoDispatchBelowAutograd():
-            return op(*args, **kwargs)
-
-    _AUTOGRAD_IMPLS.impl(name if overload == "default" else f"{name}.{overload}", autograd_kernel, "Autograd")
-
-
-def _save_output(ctx, inputs, output) -> None:
-    ctx.save_for_backward(output)
-
-
-def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-    (y,) = ctx.saved_tensors
-    return fastest_backward(y, grad)
-
-
-# Which softmax backward the lab measured fastest on the H200 (results/h200/softmax_backward, commit
-# ff57744), by row length: rows of up to 256 elements, cuda.register_cached (3244-4216 GB/s at M >=
-# 262144, where triton.fused makes 317-4060); up to 16384, triton.fused (cuda.register_cached within
-# 0-5% of it in float32, 20-50% behind in bfloat16); longer rows, cuda.two_pass (1-29% ahead of
-# triton.looped, the only other variant there).
-BACKWARD_SHORT_ROWS = 256
-BACKWARD_TRITON_MAX_N = 16384
-
-
-def backward_choice(n: int, on_cuda: bool) -> str:
-    """The backward fastest_backward runs for rows of n: a torch.ops.lab op's name, or "triton" (the
-    lab's Triton backward, which takes any N)."""
-    if on_cuda and n <= BACKWARD_SHORT_ROWS and hasattr(torch.ops.lab, "softmax_backward_register_cached"):
-        return "softmax_backward_register_cached"
-    if on_cuda and n > BACKWARD_TRITON_MAX_N and hasattr(torch.ops.lab, "softmax_backward_two_pass"):
-        return "softmax_backward_two_pass"
-    return "triton"
-
-
-def fastest_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dx = y * (dy - sum(dy * y)) per row of the 2-D y, with the backward the lab measured fastest for
-    its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it. Each is an op
-    with a fake kernel (torch.ops.lab.*, torch.ops.lab_triton.*), so a compiled backward runs them too."""
-    dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
-    choice = backward_choice(y.shape[-1], y.is_cuda)
-    if choice != "triton" and y.numel():
-        return getattr(torch.ops.lab, choice)(y, dy)
-    try:
-        import triton_kernels.autograd  # noqa: F401  registers torch.ops.lab_triton.softmax_backward
-    except ImportError:
-        return torch._softmax_backward_data(dy, y, -1, y.dtype)
-    return torch.ops.lab_triton.softmax_backward(y, dy)
+        ops.load_extension()
+    except ops.ExtensionUnavailable as e:
+        raise Unavailable(str(e)) from e
 
 
 def torch_op(op: str, name: str) -> str:
@@ -258,11 +174,11 @@ def auto_thresholds(dtype: torch.dtype) -> list[int]:
 
 def rebuild_auto_table(results: list) -> None:
     """cuda.auto's `prepare`: the dispatch table from this run's results so far (lab/dispatch.py)."""
-    from lab import dispatch
+    from lab import dispatch, tabulate
     from lab.env import git_commit
 
     if torch.cuda.is_available():
-        dispatch.install(dispatch.build_table(results, dispatch.current_gpu(), f"this run ({git_commit()})"))
+        dispatch.install(tabulate.build_table(results, dispatch.current_gpu(), f"this run ({git_commit()})"))
 
 
 # cuda.grid_split's launch (csrc/softmax/grid_split.cu: kThreads, kElems, kCtasPerSm, kMaxGrid): one CTA

@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from lab.ops import TRITON_SOFTMAX
 from lab.registry import Traffic, Unavailable, Variant, register
 
 # Each module's MAX_N, repeated so that listing variants does not import triton (a test keeps them equal).
@@ -60,28 +61,28 @@ COMMON = dict(BASE, traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED
 register(Variant(
     name="triton.fused",
     description="one program per row, whole row in registers (block = next_power_of_2(N)); the seeds' kernel",
-    build=loader("triton_kernels.fused", "softmax_fused"), **COMMON,
+    build=loader(*TRITON_SOFTMAX["triton.fused"]), **COMMON,
 ))
 register(Variant(
     name="triton.persistent",
     description="fused, with a grid of SMs x occupancy (from the compiled kernel) looping over rows",
-    build=loader("triton_kernels.persistent", "softmax_persistent"), **COMMON,
+    build=loader(*TRITON_SOFTMAX["triton.persistent"]), **COMMON,
 ))
 register(Variant(
     name="triton.multirow",
     description="several short rows per program: a ROWS x next_power_of_2(N) block of ~16 KB, reduced along rows",
-    build=loader("triton_kernels.multirow", "softmax_multirow"),
+    build=loader(*TRITON_SOFTMAX["triton.multirow"]),
     traffic=Traffic(1, 1), max_n=MULTIROW_MAX_N, max_n_reason=MULTIROW_LIMIT, **BASE,
 ))
 register(Variant(
     name="triton.looped",
     description="program per row: online (max, sum) over 16 KB chunks, then a write sweep; any N; L2 eviction hints",
-    build=loader("triton_kernels.looped", "softmax_looped"), traffic=Traffic(2, 1), **BASE,
+    build=loader(*TRITON_SOFTMAX["triton.looped"]), traffic=Traffic(2, 1), **BASE,
 ))
 register(Variant(
     name="triton.looped_no_hints",
     description="triton.looped with the L2 eviction hints off: what the hints are worth",
-    build=loader("triton_kernels.looped", "softmax_looped_no_hints"), traffic=Traffic(2, 1), **BASE,
+    build=loader(*TRITON_SOFTMAX["triton.looped_no_hints"]), traffic=Traffic(2, 1), **BASE,
 ))
 
 # --- vector_add -------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab.check import Tolerance
 from lab.inputs import Shape
 from lab.registry import Traffic
+from lab.tolerance import Tolerance
 
 Inputs = tuple[torch.Tensor, ...]
 SpecialCase = tuple[str, Inputs, "list[str] | None"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from lab import inputs
-from lab.check import Tolerance
 from lab.operators import Operator, register_operator
 from lab.registry import Traffic
+from lab.tolerance import Tolerance
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:

@@ -13,10 +13,10 @@ import math
 import torch
 
 from lab import inputs
-from lab.check import Tolerance
 from lab.inputs import Shape
 from lab.operators import Operator, register_operator
 from lab.registry import Traffic
+from lab.tolerance import Tolerance
 
 
 def grad_input(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int) -> torch.Tensor:

@@ -12,10 +12,10 @@ import math
 
 import torch
 
-from lab.check import Tolerance
 from lab.inputs import Shape
 from lab.operators import Operator, register_operator
 from lab.registry import Traffic
+from lab.tolerance import Tolerance
 
 
 def irregular(n: int, generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
