@@ -42,7 +42,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Plain-int forms of triton.next_power_of_2 and triton.cdiv: the wrappers call these on every launch, and
 # Triton's own go through its constexpr machinery (a few microseconds each on the host). Under
-# torch.compile, Triton's own, which Dynamo traced before these existed.
+# torch.compile, Triton's own, which Dynamo is known to trace.
 def next_power_of_2(n: int) -> int:
     if torch.compiler.is_compiling():
         return triton.next_power_of_2(n)

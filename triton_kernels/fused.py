@@ -1,9 +1,11 @@
 """fused: the seeds' one-row-per-program Triton softmax.
 
-Each program loads one whole row into registers (block = next power of two of N, lanes past N
+Algorithm: each program loads one whole row into registers (block = next power of two of N, lanes past N
 masked to -inf), reduces max and sum in float32, and writes the row once.
-HBM traffic: read x once, write y once. Limit: the row must fit in one program's registers; past
-N = 65536 the compiled kernel spills or fails to compile, so the wrapper refuses it.
+HBM sweeps: read x once, write y once.
+Launch: a grid of M programs; num_warps by the block (num_warps_for: more warps for wider rows).
+Limits: the row must fit in one program's registers; past N = 65536 the compiled kernel spills or fails to
+compile, so the wrapper refuses it.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """looped: online softmax over BLOCK-sized chunks, for rows of any length.
 
-One program per row. The first loop streams the row in chunks of BLOCK elements and keeps the
+Algorithm: one program per row. The first loop streams the row in chunks of BLOCK elements and keeps the
 online state (running max m, running sum d of exp(x - m); Milakov & Gimelshein 2018) per lane: lane
 i holds the state of elements i, i + BLOCK, i + 2 BLOCK, ... A new x either raises the lane's max
 (d = d * exp(m_old - x) + 1) or does not (d = d + exp(x - m)); both terms are exp(-|x - m|), so
@@ -13,7 +13,7 @@ since a lane that has seen only -inf has m = -inf and x - m would be -inf - -inf
 only -inf keeps M = -inf, so the merge's m - M is NaN and the row comes out NaN; a NaN x makes d
 NaN, hence D and the whole row; a +inf x makes M = +inf and inf - inf makes the row NaN.
 
-HBM traffic: read x twice, write y once (the 2R + 1W of cuda.online). The second read can be served
+HBM sweeps: read x twice, write y once (the 2R + 1W of cuda.online). The second read can be served
 from L2 when the row is still there, which is what the eviction hints are for (EVICTION_HINTS, a
 constexpr: the wrapper's eviction_hints): the first read marks the row evict_last, to keep it in L2
 for the second read, and the second read marks it evict_first, since nothing reads it again. The

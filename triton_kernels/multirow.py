@@ -1,15 +1,16 @@
 """multirow: several short rows per program, so that no lane sits idle on a short row.
 
 One program per row (fused) gives a row of N = 32 a whole program of 128 threads: most lanes are
-masked off and each program moves 256 bytes, too little to cover the memory latency. Here a program
-loads a 2-D block of ROWS x BLOCK_N elements (BLOCK_N = next power of two of N, lanes past N masked
-to -inf, rows past M masked off), reduces max and sum along axis 1 in float32, and writes the
-block once. ROWS is chosen so that a program moves about TARGET_BYTES of x (16 KB: 4096 float32 or
+masked off and each program moves 256 bytes, too little to cover the memory latency.
+
+Algorithm: a program loads a 2-D block of ROWS x BLOCK_N elements (BLOCK_N = next power of two of N,
+lanes past N masked to -inf, rows past M masked off), reduces max and sum along axis 1 in float32, and
+writes the block once. ROWS is chosen so that a program moves about TARGET_BYTES of x (16 KB: 4096 float32 or
 8192 16-bit elements), and num_warps so that each thread holds about 16 elements (four 16-byte
 loads in float32, two in 16-bit). The output is scaled by one reciprocal per row rather than a
 division per element, which leaves exp as the only special-function op per element.
 
-HBM traffic: read x once, write y once.
+HBM sweeps: read x once, write y once.
 
 Launch: a grid of cdiv(M, ROWS) programs, not persistent. Each program already moves 16 KB, so the
 per-program launch cost is amortized without a grid-stride loop, the block scheduler balances the

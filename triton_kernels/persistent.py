@@ -1,12 +1,14 @@
 """persistent: the fused row kernel with a grid sized to fill the GPU exactly once.
 
-The kernel is compiled first; its register and shared-memory use give how many programs fit on an
-SM (occupancy), and the grid is SMs x occupancy programs that loop over rows with `tl.range`
-(software-pipelined over num_stages). Fewer, longer-lived programs than one per row: no block
-scheduling cost per row, and the next row's load overlaps the current row's math.
-HBM traffic: read x once, write y once. Limit: as fused, the row must fit in registers.
-Under TRITON_INTERPRET=1 there is no compiled kernel to measure, so the grid is 4 programs (enough
-to exercise the row loop).
+Algorithm: as fused (a whole row in one program's registers), but each program loops over rows with
+`tl.range`, software-pipelined over num_stages.
+HBM sweeps: read x once, write y once.
+Launch: the kernel is compiled first; its register and shared-memory use give how many programs fit on an
+SM (occupancy), and the grid is SMs x occupancy programs. Under TRITON_INTERPRET=1 there is no compiled
+kernel to measure, so the grid is 4 programs (enough to exercise the row loop).
+Limits: as fused, the row must fit in registers.
+Why: fewer, longer-lived programs than one per row: no block scheduling cost per row, and the next row's
+load overlaps the current row's math.
 """
 
 import functools

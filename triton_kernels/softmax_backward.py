@@ -1,10 +1,13 @@
 """softmax_backward: dx = y * (dy - sum(dy * y)) per row, in Triton.
 
-fused: one program per row, the whole row of y and dy in registers (block = next power of two of N):
-read y and dy once, write dx once (3*M*N*itemsize bytes). N <= MAX_N (two rows must fit the
-registers). looped: any N; one program per row, a first loop over CHUNK-sized chunks accumulates
-s = sum(dy * y), a second re-reads y and dy and writes dx: 2 reads of each, 1 write.
-64-bit row offsets; float32 arithmetic whatever the dtype; row strides may differ from N.
+Algorithm: fused: one program per row, the whole row of y and dy in registers (block = next power of two
+of N). looped: one program per row, a first loop over CHUNK-sized chunks accumulates s = sum(dy * y), a
+second re-reads y and dy and writes dx.
+HBM sweeps: fused reads y and dy once and writes dx once (3*M*N*itemsize bytes); looped reads each twice
+and writes dx once.
+Launch: a grid of M programs; fused's num_warps by the block (num_warps_for), looped's 8.
+Limits: fused N <= MAX_N (two rows must fit the registers); looped any N. 64-bit row offsets; float32
+arithmetic whatever the dtype; row strides may differ from N.
 """
 
 import torch

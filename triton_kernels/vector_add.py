@@ -1,7 +1,9 @@
 """vector_add: c = a + b, the seeds' first Triton kernel (the Triton tutorial's).
 
-Each program adds one BLOCK of elements (masked past N): read a and b once, write c once, 3*N*itemsize
-bytes. 64-bit offsets (N can pass 2^31). Any N >= 1, 1-D tensors whose elements are contiguous
+Algorithm: each program adds one BLOCK of elements (masked past N).
+HBM sweeps: read a and b once, write c once, 3*N*itemsize bytes.
+Launch: cdiv(N, BLOCK) programs of 4 warps.
+Limits: 64-bit offsets (N can pass 2^31). Any N >= 1, 1-D tensors whose elements are contiguous
 (views that start anywhere); the sum is computed in float32 and rounded once to the dtype.
 """
 

@@ -1,50 +1,53 @@
 // cluster: a row split across a Hopper thread-block cluster, read from HBM once at any length.
-//
-// Packed 16-bit path (shapes with `packed` set; float16 and bfloat16 only; kPlan16 takes them from
-// N = 8192 to 262144, where scripts/tune_cluster.py measured them fastest): each thread holds its
-// slice as the 16-byte packs it loaded, 8 elements in 4 registers, instead of 8 float32 registers,
-// so a CTA holds twice the row per register (and twice the bytes in flight with direct loads).
-// Loaded straight from global memory (stages 0) or through the same cp.async staging. The max is
-// taken pairwise in 16 bits (__hmax2, exact, NaN skipped like fmaxf), the exp-sum converts each
-// element to float32 on the fly and keeps nothing, and the write recomputes y = exp(x - M) / D
-// from the packs: two exponentials per element instead of one. Affordable: a copy-speed bfloat16
-// softmax moves 4 bytes per element, so at the H200's ~4.3 TB/s copy it needs ~1.1e12 elements/s,
-// ~2.2e12 ex2/s; the MUFU unit issues 16 ex2 per clock per SM, 132 x 16 x 1.98 GHz = 4.2e12/s
-// (3.7e12 at 1.755 GHz): about half to 60% of it, with the FP32 work (~10 operations per element,
-// 128 per clock per SM) at about a third. Measured on the H200 (tune.json at 0a26770, bfloat16): 1 to
-// 5 points of a copy over the best float32-register shape from N = 8192 to 131072, a tie at 262144.
-// NaN and -inf behave as in the float path: a NaN makes D NaN, hence the whole row; an all -inf
-// row has M = -inf and x - M = NaN, as in torch; slots past the row hold -inf.
+// Tuned production kernel (cuda.cluster; cuda.auto's choice for long rows on sm_90+). Launch tables: kPlan32 and
+// kPlan16 for rows on 16-byte boundaries, kShiftedPlan32 and kShiftedPlan16 for rows off them, by dtype and N (and
+// M where an entry has min_rows). Measurements behind the tables: notebook/cluster-tuning/.
 //
 // Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r of the cluster owns the r-th of C
 // equal slices (whole 16-byte packs). Each thread copies its packs of the slice into shared memory
-// with cp.async, moves them to registers as float32, and reduces them to its own online state
-// (m_t, d_t = sum exp(x - m_t)), keeping the exponentials in registers. Each warp reduces its
-// threads' states, and the warps' states are exchanged once per row through distributed shared
-// memory (each warp sends its (m, d) into a slot of every CTA of the cluster with st.async, which
-// completes on that CTA's mbarrier; no cluster barrier per row, see exchange_row); every warp
+// with cp.async (or loads them straight into registers: stages 0), moves them to registers as float32,
+// and reduces them to its own online state (m_t, d_t = sum exp(x - m_t)), keeping the exponentials in
+// registers. Each warp reduces its threads' states, and the warps' states are exchanged once per row through
+// distributed shared memory (each warp sends its (m, d) into a slot of every CTA of the cluster with st.async,
+// which completes on that CTA's mbarrier; no cluster barrier per row, see exchange_row); every warp
 // merges the received states into the row's (M, D), and each thread writes
 // y = e * exp(m_t - M) / D from its registers. One exponential per element.
-// Persistent: the grid holds as many clusters as can be resident (cudaOccupancyMaxActiveClusters)
+// Persistent entries: the grid holds as many clusters as can be resident (cudaOccupancyMaxActiveClusters)
 // and each loops over rows. A thread's packs live in its own shared-memory slots, so as soon as it
 // has moved a row into registers it starts the copy of a later row into the same slots (STAGES
 // rows ahead): the next rows are in flight while this one is reduced, exchanged and written.
-// HBM sweeps per row: 1 read of x, 1 write of y, whatever the row length: the bytes of a copy.
-// Launch: (threads, elements per thread, stages) and the cluster size from the plan by dtype and N
-// (and, for some N, by M: min_rows), measured by scripts/tune_cluster.py. Cluster sizes above 8 use
-// the non-portable cluster size attribute.
-// Rows whose starts are not 16-byte aligned (odd N, e.g. a 50257-element vocabulary: row r of a
+// Other entries: one cluster per row; the hardware hands out rows as clusters retire.
+// Packed 16-bit shapes (`packed`; float16 and bfloat16 only): each thread holds its slice as the 16-byte packs
+// it loaded, 8 elements in 4 registers instead of 8 float32 registers, so a CTA holds twice the row per register
+// (and twice the bytes in flight with direct loads). The max is taken pairwise in 16 bits (__hmax2, exact, NaN
+// skipped like fmaxf), the exp-sum converts each element to float32 on the fly and keeps nothing, and the write
+// recomputes y = exp(x - M) / D from the packs: two exponentials per element instead of one.
+// Shifted rows: rows whose starts are not 16-byte aligned (odd N, e.g. a 50257-element vocabulary: row r of a
 // contiguous tensor starts r * N elements in) are split from the 16-byte boundary below their start, as
 // rows of up to a pack less one element more (SHIFTED), where y's rows are as far past a boundary as x's,
 // the plan loads straight into registers and the longest shifted row is within the same plan entry: the
 // same one read and one write (see cluster_plan).
-// Rows that do not fit (N past the plan's last entry: float32 512K elements, 16-bit 1M held packed, two to a
-// register, in 16 CTAs of 512 x 128), and misaligned rows that cannot
-// be shifted, take the streaming path: the same cluster split, but each CTA sweeps its slice
-// twice from global memory (online (m, d), then the write), 2 reads + 1 write, the second read
-// mostly from L2 because a slice was read moments before.
+// Streaming path: rows that do not fit (N past the plan's last entry: float32 512K elements, 16-bit 1M held
+// packed, two to a register, in 16 CTAs of 512 x 128), and misaligned rows that cannot be shifted: the same
+// cluster split, but each CTA sweeps its slice twice from global memory (online (m, d), then the write), the
+// second read mostly from L2 because a slice was read moments before.
+// HBM sweeps per row: 1 read of x, 1 write of y, whatever the row length: the bytes of a copy. Streaming path:
+// 2 reads + 1 write.
+// Launch: (threads, elements per thread, stages, packed) and the cluster size, persistent or one cluster per row,
+// and the first wave's stagger, from the plan entry by dtype and N (and, for some N, by M: min_rows). Cluster
+// sizes above 8 use the non-portable cluster size attribute.
 // Limits: any rows (64-bit offsets), 1 <= N <= 2^31 - 1, any row strides; sm_90 or newer (the
 // launcher returns cudaErrorInvalidDeviceFunction elsewhere, through the bindings' error).
+// Why:
+// - Packed 16-bit rows, two exponentials per element: a copy-speed bfloat16 softmax moves 4 bytes per element, so
+//   at the H200's ~4.3 TB/s copy it needs ~1.1e12 elements/s, ~2.2e12 ex2/s; the MUFU unit issues 16 ex2 per clock
+//   per SM, 132 x 16 x 1.98 GHz = 4.2e12/s (3.7e12 at 1.755 GHz): about half to 60% of it, with the FP32 work
+//   (~10 operations per element, 128 per clock per SM) at about a third. Packed won by 1 to 5 points of a copy
+//   from N = 8192 to 131072 on the H200.
+// - Most entries launch one cluster per row: a persistent grid's fixed share of rows leaves a tail (256 rows on 28
+//   resident clusters: 10 rounds where 9.14 would be even).
+// NaN and -inf: a NaN makes D NaN, hence the whole row; an all -inf row has M = -inf and x - M = NaN, as in
+// torch; slots past the row hold -inf.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -104,155 +107,21 @@ constexpr ResidentShape kResidentShapes[] = {
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
-// The launch table by row length: the first entry whose max_cols covers the row. Rows longer than
-// the last entry take the streaming path. Chosen by measurement: every shape and cluster size of
-// the resident path, on a persistent grid and on one cluster per row, timed by
-// scripts/tune_cluster.py on the H200 at the row lengths of both sweeps (results/h200/tune.json);
-// each entry is the best mean percent of a copy over the sweeps that measured that length. The
-// entries of 524288 and 1048576 were measured off the sweeps, with few rows (see the last paragraph).
-// Measured there: float32 loads straight into registers (stages 0) beat cp.async staging at every
-// length (e.g. N = 262144: 90-94% of a copy against 80-83%); bfloat16 is the other way round
-// (N = 65536: 81-87% staged against 60-64% direct): its registers hold floats, two per 4 bytes
-// loaded, so a thread holds half the bytes in flight that float32 holds, while shared memory holds
-// them as they are.
-// The packed shapes (16-bit elements held two to a register, the fix for that) won kPlan16 from
-// N = 8192 to 131072 when first timed (tune.json at 0a26770, bfloat16, mean % of a copy over the
-// sweeps, best packed / best float32-register shape / the previous entry: 8192 87.2 / 84.1 / 84.1,
-// 16384 88.3 / 87.0 / 82.9-83.4, 32768 86.8 / 83.9 / 83.9, 65536 87.5 / 84.5 / 80.0-86.3, 131072
-// 89.9 / 84.7 / 84.7); at 262144 a tie (79.5), and the float shape entry stays.
-// An entry with min_rows > 0 applies only to inputs of at least that many rows; it precedes the entry
-// of the same max_cols that takes fewer (min_rows 0). Measured there (tune.json at 0a26770, bfloat16,
-// % of a copy): with 4096 rows a larger shape on a smaller cluster wins, since there are rows enough to
-// fill the GPU without splitting them widely (fewer CTAs to merge per row, fewer cluster placements
-// lost): N = 65536 512 x 128 packed on 1 CTA 91.0 against the fewer-rows entry's 88.4 (at 1024 rows:
-// 81.4 against 86.5); N = 262144 512 x 128 packed, staged, on 4 CTAs 85.2 against 81.0 (at 256 rows:
-// 70.9 against 78.1). Between the measured row counts (1024 and 4096, 256 and 4096) the entry of
-// fewer rows stays: not measured there.
-// Re-timed from N = 32768 up after the cluster barrier was split and the one at the end dropped (a
-// launch of one cluster per row paid both in full on every row): one cluster per row gained 5 to 15
-// points of a copy, and now wins at N = 32768 (float32 512 x 64 on 1 CTA 98.1% against the previous
-// entry's 94.0; bfloat16 256 x 128 packed on 1 CTA 92.8 against 87.8) and at bfloat16 N = 65536 with
-// 4096 rows (512 x 128 packed on 1 CTA 91.8, persistent 91.2); float32 N = 65536 with 4096 rows takes
-// 512 x 64 on 2 CTAs, persistent (93.3 against 91.6; with 1024 rows 87.3 against the entry's 91.2).
-// Persistent launches measured as before (within a point). Those points are in
-// results/h200/tune_split_barrier.json. Then N = 8192 and 16384 (tune_split_barrier_8192_16384.json): one
-// CTA per row, not persistent, wins at both (float32 8192: 256 x 32 96.5% against the entry's 92.8;
-// 16384: 512 x 32 96.8 against 92.3-93.2; bfloat16 8192: 128 x 64 packed 99.4 against 91.5; 16384:
-// 256 x 64 packed 95.0 against 88.6). Shorter rows were not re-timed.
-// Re-timed from N = 8192 up after every exponential became ex2.approx.ftz (lab/exp.cuh; fewer
-// instructions per element, and bfloat16 gained most: N = 65536 with 4096 rows 91.8 -> 97.0% of a
-// copy, 262144 with 4096 rows 85.1 -> 89.6; results/h200/tune_fast_exp.json, and the same winners in
-// a first run before kResidentMinBlocks was mended): bfloat16 N = 262144 takes 512 x 128 packed
-// unstaged on 4 CTAs with 4096 rows (89.6 against the staged shape's 86.0) and 256 x 128 packed on 8
-// CTAs with fewer (81.2 against 256 x 64 on 16 CTAs' 80.6; 81.5 against 80.3 in the first run);
-// float32 N = 65536 with 4096 rows runs its 2-CTA clusters one per row (94.1 against persistent 93.3;
-// 94.5 against 93.6).
-// bfloat16's packed write then folded the division into the exponent (see the write in
-// cluster_resident_softmax_kernel): A/B in one device call (scripts/ab.sh, every packed shape and cluster size from
-// N = 8192 up, results/h200/ab_cluster_fold_rc16.txt): the median configuration gained 0.4 to 0.8
-// points of a copy at every length but tutorial 4096x8192 (-0.7); the plan's picks: 1024x65536 89.4 ->
-// 90.0, 256x262144 81.2 -> 82.2, 4096x8192 99.1 -> 97.3 (the next A/B, with the fold on both sides, read
-// the same drop there on its second side), the others within 0.4. The plan was kept.
-// After the packed unstaged shapes were given 64 registers (kResidentMinBlocks; results/h200/
-// ab_cluster_lean_packed.txt, every packed shape and cluster size from N = 8192 up, bfloat16), two
-// entries changed: N = 32768 takes 512 x 64 packed on 1 CTA (96.1% of a copy against 256 x 128's
-// 94.7) and N = 262144 with fewer than 4096 rows 256 x 64 packed on 16 CTAs, persistent (84.8 against
-// 256 x 128 on 8's 82.0).
-// The row max folded into the FFMA (16-bit packed exp-sum and bfloat16 write, exp.cuh fast_exp2_fma):
-// A/B in one call (results/h200/ab_ffma_fold.txt, every packed shape and cluster size from N = 8192
-// up, bfloat16): the median configuration +0.2 to +0.5 points of a copy at every length (about the
-// bias the second side showed in earlier A/Bs), the plan's picks 1024x65536 88.8 -> 89.8, 256x262144
-// 83.9 -> 85.4, the others within 0.6. The plan was kept.
-// Then the cluster barrier's arrive was made relaxed (exchange_arrive): ncu had put 12.6% of the stall
-// samples of a launch of one cluster per row on the release's memory barrier
-// (results/h200/profile_cluster_vs_quack_9ac3b18.txt). A/B in one call
-// (results/h200/ab_relaxed_arrive.txt and its JSONs, every packed bfloat16 shape from N = 32768 and
-// every float32-register shape from 65536 up): one cluster per row gained 4 to 10 points of a copy and
-// now wins at every length measured but float32 256x262144, where the persistent grid's 91.7 stays
-// ahead of 90.4 (persistent launches moved by less than a point: they pay the barrier once per CTA, not
-// once per row). The entries from N = 65536 up were re-chosen from its B side (% of a copy, with the
-// previous entry's): bfloat16 65536 128 x 64 packed on 8 CTAs, 95.4 with 1024 rows (90.5) and 98.5 with
-// 4096 (96.9), one entry for both; 131072 512 x 64 packed on 4, 99.3 (92.1); 262144 with 4096 rows 256
-// x 128 packed on 8, 96.6 (89.1), with fewer 256 x 64 packed on 16, 90.5 (86.5); float32 65536 128 x 32
-// on 16, 97.3 with 1024 rows (91.6) and 98.9 with 4096 (98.9, the previous 2-CTA entry, which gained as
-// much), one entry; 131072 512 x 32 on 8, 98.0 (93.5); 262144 with 4096 rows 256 x 64 on 16, 95.7
-// (94.3). One cluster per row, the hardware hands out rows as clusters retire, where the persistent
-// grid's fixed share of rows left a tail: at 256 rows it held 28 clusters, 10 rounds of rows where 9.14
-// would be even. Below 32768 (bfloat16) and 65536 (float32) the plans take one CTA per row, which has
-// no cluster barrier, and were not re-timed.
-// Then 128-thread CTAs of 128 elements (shapes 31, packed, and 32) were added: a 16384-element slice in
-// CTAs of half the threads of 256 x 64, five resident per SM in bfloat16 (96 registers) where 256 x 64
-// fits four, three in float32. Timed in two device calls (results/h200/experiments/tune_cta128_*: every
-// packed shape in bfloat16 and every float32-register shape from N = 16384 up, beside 64-thread shapes,
-// which won nowhere and were dropped), they won N = 262144 at both row counts (% of a copy, with the
-// previous entry's): bfloat16 256 rows 92.1 and 91.5 (90.7, 90.0), 4096 rows 97.9 and 98.1 (96.9, 96.4);
-// float32 256 rows 94.8 and 94.1 (92.6 and 91.8, persistent), 4096 rows 97.6 and 97.4 (95.8, 95.6). One
-// entry per dtype there now (no min_rows). The same calls re-chose float32 N = 16384: 256 x 16 on 4 CTAs,
-// 98.4 at 4096 rows (96.4 for 512 x 32 on one); 32768: 256 x 16 on 8, 99.1 (98.2); bfloat16 N = 16384:
-// 128 x 64 packed on 2 CTAs, 97.0 (96.7; the tutorial's same shape 96.4 against 96.1).
-// Then the first wave's stagger (see Stagger): every entry's shape from N = 8192 up timed with 25
-// staggers (2, 3, 4, 6 or 8 groups, 250 to 2000 ns apart) and none, in interleaved rounds beside the
-// copy (scripts/stagger.py, results/h200/experiments/stagger_grid.txt). Each entry takes the best of its
-// points, where that beat starting at once (% of a copy, none -> the entry's): bfloat16 256x262144
-// 91.0 -> 95.3 and 4096x262144 97.5 -> 97.9 (6 groups 1 us apart), 1024x65536 95.0 -> 96.6 and
-// 4096x65536 98.4 -> 98.7 (4 x 500 ns), 4096x131072 98.7 -> 99.0 (6 x 1 us, tied with 4 x 500 ns there;
-// 256x131072, no sweep's point, 85.9 -> 90.5 in stagger_more.txt); float32 256x262144 93.9 -> 96.2,
-// 4096x262144 97.9 -> 98.1, 1024x65536 97.1 -> 97.6, 4096x32768 96.9 -> 97.3, 4096x16384 97.9 -> 98.1.
-// One CTA per row (bfloat16 up to 32768, float32 up to 8192) and bfloat16's 2 CTAs at 16384 lost
-// with every stagger (e.g. bfloat16 4096x8192 96.3 -> 88.7 at 8 x 2000 ns), and keep none. float16,
-// which takes kPlan16's entries, gains as much with them (stagger_float16.txt: 256x262144 90.7 -> 95.0,
-// each entry's stagger the best or within 0.1 point of it at every point from N = 65536 up).
-// Then bfloat16 rows of 28672 to 32768 elements went from 512 x 64 packed on 1 CTA to 128 x 64 packed on 4, the first
-// wave in 4 groups 500 ns apart. tune_cta128_d7fa86a.txt had that 0.4 points of a copy ahead at 4096x32768 (97.3
-// against 96.9). Then, in the same interleaved rounds (results/h200/experiments/cluster_32768_entry/):
-// - 4096x32768, beside QuACK: 134.27 us (rounds 134.14-134.48) against 135.04 (134.88-135.15); QuACK 132.77.
-// - Over the entry, new / old in % of a copy: N = 32768 with 4096 rows 95.9 / 95.2, 1024 rows 95.9 / 93.7, 256 rows
-//   90.8 / 90.0, 64 rows 76.1 / 72.6, 8 rows 69.8 / 60.9; with 4096 rows N = 32512 97.0 / 96.5, 31744 96.6 / 95.9,
-//   30720 96.9 / 96.2, 28672 97.1 / 95.8; with 1024 rows N = 28672 to 32000 +0.6 to +3.1 points; with 256 rows
-//   N = 30720 +1.3, but 32000 -1.5.
-// - Shorter rows lost (4096 rows): N = 26688 95.9 / 97.5, 26624 96.5 / 96.7, 24576 94.4 / 97.7, 18432 79.9 / 86.0.
-//   Rows of up to 28671 elements keep 512 x 64 on 1 (27648: level, 113.46 us each). Checked with the entry split
-//   there: 4096x28672 96.9 / 95.6, 4096x32768 96.7 / 96.1, but 256x32768 90.4 / 91.6, where the first call had 90.8 /
-//   90.0 (256 rows flip between calls).
-// Then bfloat16 rows of exactly 32768 elements, 1024 rows or more, went to 256 x 64 packed and staged one row ahead
-// (cp.async into shared memory, as QuACK loads) on 2 CTAs, one cluster per row, the same stagger: in interleaved
-// rounds beside QuACK 0.6.5 (results/h200/experiments/cluster_lean/, us) 4096x32768 134.02 and 133.34 in two calls
-// against the entry's 135.02 and 134.48 (QuACK 134.05 and 133.50), 1024x32768 38.64 against 39.38 (QuACK 37.54).
-// It lost wherever the slices are not whole (4096x30720 127.90 against 126.14, 4096x28672 123.04 against 117.25), at
-// 256 rows (15.12 against 14.34), and at N = 65536 on 4 CTAs (1024 rows 73.55 against 70.38): the other lengths keep
-// their entries. Then the same staging in 128-thread CTAs (shapes 33 and 34, call4/ there): rows of exactly 65536
-// elements, 4096 rows or more, took 128 x 64 packed and staged on 8 CTAs, 260.64 us at 4096x65536 against the entry's
-// 262.72 (QuACK 260.51); at 1024 rows the two were level (70.93 against 70.80), and 1024 rows keep the entry. No
-// other length moved: 128 x 128 staged was level at 4096x131072 (517.31 against 517.41) and behind at N = 262144.
-// The same calls timed a lean float32-register kernel (one exponential per element, where the packed
-// path computes two; branch wip/cluster-lean), behind or level with the packed entries at every long row.
-// Then the lengths between the sweeps' powers of two. Timed beside QuACK 0.6.5 off the sweeps
-// (results/h200/experiments/offsweep_scan/call2/scan.txt: lab.auto / QuACK time), the table trailed by 8-31% at such
-// lengths: float32 4096x20480 218.6 against 167.3 us, 4096x24576 230.8 against 199.8, 64x524288 106.3 against 92.5;
-// bfloat16 4096x20480 93.4 against 86.1, 4096x40960 191.9 against 164.8, 2048x98304 222.6 against 197.2. An entry's
-// shape and cluster size were chosen at its longest row, and at shorter rows each CTA's slice is partly empty: float32
-// 20480 over 8 CTAs of 256 x 16 (2560 of 4096 elements a CTA, two or three of each thread's four packs) read 74% of a
-// copy, the same shape over 5 CTAs (full) 97.1%, 128 x 32 over 8 (five of eight packs a thread) 98.3%; why 256 x 16
-// loses so much more than 128 x 32 at the same fill was not profiled. Each entry's shape and others were timed there
-// on other cluster sizes, one cluster per row with the entry's stagger, beside the table and a copy (lean_vs_plan.py;
-// call1/ and call3/cluster.txt there; % of a copy, the new entry's against the old):
-// - float32: 4096x10240 256 x 32 on 2, 98.4 against 79.1; 4096x12288 97.2 against 89.3 (256 x 16 on 3: 98.8,
-//   but only where the slice is whole); 128 x 32 on 8 from 16385 to 32768: 4096x18432 94.7 against 69.1 (on 6:
-//   97.8), 4096x20480 98.3 against 74.2, 4096x24576 97.5 against 83.0, 4096x28672 97.7 against 91.4, 4096x32768
-//   97.6 against 96.7, 1024x20480 97.1 against 74.5, 256x20480 93.4 against 77.6; 4096x40960 on 12, 98.2 against
-//   93.1 (4096x49152 stays on 16: 97.9 against 97.2 on 12); 512 x 32 filled on 5 and 6 CTAs: 2048x81920 98.6
-//   against 87.2, 2048x98304 98.2 against 93.7 (7, filled, at 114688: not timed); 128 x 128 on 12: 1024x151936
-//   98.8 against 92.7, 1024x163840 97.6 against 95.5. Rows of 524288 one cluster per row where the grid was
-//   persistent: 64 rows 71.4 against 65.1, 256 rows 79.1 against 76.4, 16 rows level (62.5 against 62.7).
-// - bfloat16: 128 x 64 packed on 3 from 16385 to 24576: 4096x18432 94.0 against 87.1, 4096x20480 96.7 against
-//   90.4, 4096x24576 97.2 against 96.5, 1024x20480 90.0 against 86.0, 256x20480 level (86.8 against 86.5); 4096x26624
-//   keeps 512 x 64 on 1 (97.5; 128 x 64 on 4 96.6). 128 x 64 packed filled on 5 and 6: 4096x40960 97.4 against 84.7
-//   (staged, 97.7), 4096x49152 96.9 against 93.3 (7, filled, at 57344: not timed). 128 x 128 packed on 6:
-//   2048x81920 96.7 against 76.9, 2048x98304 96.6 against 86.6; on 10: 1024x151936 95.5 against 77.0, 1024x163840
-//   96.7 against 81.4 (on 12: 86.2 and 89.7). Rows of 524288, 256 x 128 packed on 16, one cluster per row, where 512
-//   x 64 as floats was persistent: 16 rows 66.3 against 62.5, 64 rows 76.1 against 66.3, 256 rows 85.8 against
-//   72.4. Rows of 1048576, which streamed (two reads), on 512 x 128 packed over 16: 1 row 43.6 against 37.0 (13.20 us;
-//   QuACK 13.55 in scan.txt), 64 rows 64.9 against 63.6, 16 rows 55.1 against 56.4.
+// The launch table by row length: the first entry whose max_cols covers the row (and whose min_rows the input
+// reaches); rows longer than the last entry take the streaming path. Each entry is the shape, cluster size, grid
+// (persistent or one cluster per row) and stagger that scripts/tune_cluster.py, scripts/stagger.py and A/B calls
+// measured fastest at its longest row on the H200, in percent of a copy; kPlan16 was measured in bfloat16.
+// Measurements behind this table: notebook/cluster-tuning/.
+// Why:
+// - float32 loads straight into registers (stages 0): they beat cp.async staging at every length (N = 262144:
+//   90-94% of a copy against 80-83%). 16-bit rows are held packed instead (see the header).
+// - An entry with min_rows > 0 applies only to inputs of at least that many rows and precedes the entry of the same
+//   max_cols for fewer: with many rows a shape that needs fewer CTAs per row fills the GPU on its own (fewer states
+//   to merge per row, fewer cluster placements lost). Between measured row counts the fewer-rows entry stays.
+// - Entries between the powers of two (12288, 40960, 24576, ...): a shape chosen at its longest row leaves each
+//   CTA's slice partly empty at shorter rows (float32 20480 over 8 CTAs of 256 x 16: 74% of a copy; over 5, full:
+//   97.1%), so such lengths get a shape filled on their cluster size.
+// - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -321,19 +190,13 @@ static_assert(plan_fits(kPlan32, false) && plan_fits(kPlan16, true),
               "persistent entry names a one-row shape");
 
 // Shifted rows (rows off 16-byte boundaries, e.g. a contiguous input of odd N: SHIFTED, below) have launch tables
-// of their own, by N, generated by scripts/make_shifted_plan.py from scripts/tune_cluster.py --shape at 5 odd
+// of their own, by N: data, generated by scripts/make_shifted_plan.py from scripts/tune_cluster.py --shape at 5 odd
 // lengths per octave (2^(k-1) + 1, 5, 6 and 7 eighths of 2^k, plus one, and 2^k - 1; 4096 rows up to 65537, fewer
-// beyond; results/h200/experiments/shifted_plan/): each length's entry is the configuration measured fastest there
-// among those within 90% of the best at the length below (the entry's shortest rows), a shape that loads
-// straight into registers, or the streaming path (kStreamingShape). Rows longer than the last entry stream.
-// Before them, shifted rows took the aligned table's plan of N (one more CTA where the shifted row crossed an
-// entry's end), 20-35% behind the best configuration at many lengths: in that run, cuda.cluster as it was against
-// the new entry, in percent of a copy: float32 4096x8193 66.9 -> 98.1, 4096x16385 63.4 -> 97.2, 4096x24577 79.9 ->
-// 96.7, 4096x32767 79.2 -> 96.6, 4096x65535 63.6 -> 96.3, 2048x131073 76.0 -> 88.5; bfloat16 4096x8191 50.1 ->
-// 74.5, 4096x12289 82.8 -> 88.8, 4096x32769 69.5 -> 82.2, 4096x40961 76.7 -> 90.1, 4096x65537 62.0 -> 78.2,
-// 2048x81921 74.2 -> 90.1. Behind it by 1-3 points at a few lengths, within the timing's spread or where the
-// aligned entry's staggered start helped (bfloat16 4096x6145 92.3 -> 90.0, 1024x196609 81.0 -> 77.7, 1024x229377
-// 88.1 -> 84.9). float16 takes bfloat16's, as in the aligned tables.
+// beyond): each length's entry is the configuration measured fastest there among those within 90% of the best at
+// the length below (the entry's shortest rows), a shape that loads straight into registers, or the streaming path
+// (kStreamingShape). Rows longer than the last entry stream. float16 takes bfloat16's, as in the aligned tables.
+// Why tables of their own: on the aligned table's plan of N (one more CTA where the shifted row crosses an entry's
+// end) shifted rows ran 20-35% behind the best configuration at many lengths (notebook/cluster-tuning/).
 constexpr PlanEntry kShiftedPlan32[] = {  // float32
     {2049, 12, 1, false},  // 128x32 c1n
     {2561, 12, 1, true},  // 128x32 c1p
@@ -458,8 +321,7 @@ __device__ __forceinline__ void exchange_arrive(Exchange& ex, int c) {
   }
   // Relaxed: the only writes the peers must see are the mbarrier inits, which their fence releases
   // (the pattern CUTLASS uses for its cluster pipelines). A .release arrive made every thread wait for
-  // a full memory barrier (ERRBAR), 12.6% of the stall samples of a launch of one cluster per row
-  // (results/h200/profile_cluster_vs_quack_9ac3b18.txt).
+  // a full memory barrier (ERRBAR), 12.6% of the stall samples of a launch of one cluster per row (ncu).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
@@ -534,13 +396,11 @@ __device__ __forceinline__ void exchange_finish(int rows_done, int c) {
 // (cluster r of the first wave waits (r mod groups) x cycles, on the SM's clock), the first groups'
 // rows are reduced and written while the later groups' are still being read. At 256x262144 that is
 // most of the fixed cost that held the plan under 95% of a copy: with 6 groups 1 us apart, bfloat16
-// 91.0 -> 95.3%, float32 93.9 -> 96.2 (the plans' values and their measurements: kPlan16/32).
+// 91.0 -> 95.3%, float32 93.9 -> 96.2 (the plans' values; measurements: notebook/cluster-tuning/).
 // Only the first wave waits: later clusters start when earlier ones retire, already out of step. And
 // only where there are rows enough for a wave: below that (fewer rows than resident clusters) every
-// measured launch lost with the stagger (bfloat16 8x262144 73.2 -> 50.8% of a copy, 21x262144 79.1 ->
-// 72.9; float32 8x262144 65.1 -> 61.7), from a wave up every one gained (bfloat16 35x262144, the
-// 35 clusters resident, 78.4 -> 87.1; float32 21x262144 78.9 -> 85.1;
-// results/h200/experiments/stagger_small_rows.txt).
+// measured launch lost with the stagger (bfloat16 8x262144 73.2 -> 50.8% of a copy), from a wave up every
+// one gained (bfloat16 35x262144, the 35 clusters resident, 78.4 -> 87.1).
 struct Stagger {
   int64_t first_wave = 0;  // clusters started at once: those with a first row below it may wait
   int groups = 1;
@@ -561,14 +421,10 @@ __device__ __forceinline__ void stagger_start(const Stagger& s, int64_t first_ro
 template <typename T, int ELEMS, bool PACKED>
 constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 : ELEMS;
 
-// Registers asked of __launch_bounds__: the row data plus about 40 for addresses, loop state and
-// the reductions (32 for the shapes that stage nothing: with 40, float32-register 512 x 32 took 65
-// registers and one CTA per SM instead of 64 and two, and lost a third of its speed on the H200; the
-// packed unstaged shapes then took 64 where they had taken 70-99 - 128 x 64 8 CTAs per SM instead of
-// 7, 256 x 64 4 instead of 3, 512 x 64 2 instead of 1 - with no spills, and 256 x 64 on 16 CTAs went
-// from 80.4 to 84.8% of a copy at bfloat16 256x262144, 512 x 64 on one from 81.9 to 96.1 at
-// 4096x32768: results/h200/ab_cluster_lean_packed.txt), so that ptxas neither spills nor caps
-// residency lower than needed.
+// Registers asked of __launch_bounds__: the row data plus about 40 for addresses, loop state and the reductions,
+// so that ptxas neither spills nor caps residency lower than needed. 32 for the shapes that stage nothing: with
+// 40, float32-register 512 x 32 took 65 registers and one CTA per SM instead of 64 and two, a third slower; at 32
+// the packed unstaged shapes fit one more CTA per SM (256 x 64: 4 instead of 3) with no spills.
 // A one-row kernel keeps no loop state: 16 registers besides the row data (80 at 64 floats, three 256-thread CTAs an
 // SM, as QuACK's kernel runs them). ptxas fits bfloat16's one-row shapes there without spilling, not float16's (8-16
 // bytes of spills at 80 registers): float16's keep the usual allowance of 40 besides the row data (85 registers,
@@ -984,7 +840,7 @@ cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, Sta
       persistent,
       stream, [&](int resident, int64_t clusters) {
         // Only a launch of a wave or more: with fewer rows than resident clusters the stagger only
-        // delays (stagger_small_rows.txt: bfloat16 8x262144 73.2 -> 50.8% of a copy staggered).
+        // delays (bfloat16 8x262144: 73.2 -> 50.8% of a copy staggered).
         const int64_t first_wave = clusters >= resident ? resident : 0;
         const Stagger s{first_wave, stagger.groups, int64_t{stagger.step_ns} * khz / 1000000};
         return std::make_tuple(static_cast<const T*>(a.x), static_cast<T*>(a.y), a.rows, static_cast<int>(a.cols),

@@ -1,4 +1,6 @@
 // grid_split: few long rows spread over every SM of the GPU, each read from HBM once.
+// Tuned production kernel (cuda.grid_split). No launch table: one 512-thread CTA per SM (kThreads, kElems,
+// kCtasPerSm) and parts_for() give the split. Measurements behind it: notebook/grid-split-tuning/.
 //
 // Algorithm: a cooperative grid of one 512-thread CTA per SM (fully resident, so a grid-wide
 // barrier cannot deadlock). With M rows and a grid of S CTAs, each row gets G = S / M CTAs
@@ -19,8 +21,7 @@
 // taken from the CUDA runtime's stream-ordered allocator for each launch (cudaMallocAsync before it,
 // cudaFreeAsync after it, on its stream): a launch on another stream can only reuse that memory once
 // the free has run, i.e. once this grid has finished; a CUDA graph captures the pair as its own
-// allocation. (Until 2026-11-22 they lived in a ring of 8 static buffers taken in launch order, which
-// let a launch on another stream overwrite the states of a grid still draining.)
+// allocation.
 // Limits: the slice of each CTA must fit its registers: ceil(ceil(N / K) / G) <= 512 x 64 / K
 // packs (K = 4 elements per pack in float32, 8 in 16-bit types), i.e. N <= G x 32768 (about 4.3M
 // elements for M = 1 on 132 SMs, 2^20 for M <= 4, 2^19 for M <= 8; N <= 32768 once M > S / 2).
@@ -29,12 +30,11 @@
 // Any rows (64-bit offsets), any N >= 1 within that limit, odd N (the last pack is read and
 // written element by element), any row strides; rows whose start is not 16-byte aligned are read
 // (or written) with scalar accesses. -inf rows give NaN, a NaN poisons its row, as in torch.
-// Where it should fall short: with G CTAs per row a CTA holds N / G elements, so short rows leave
+// Why, and where it falls short: with G CTAs per row a CTA holds N / G elements, so short rows leave
 // most threads idle (N = 65536 on 132 CTAs: about 124 packs of float32 per CTA), and the grid
 // barrier and launch cost a few microseconds that a 4 MB row (about 2 us of HBM time) does not hide.
-// Measured on the H200 (lab.test --shape, 0a26770, float32, GB/s against cuda.cluster's): 1 x 4194304
-// 1654 / 564, 8 x 524288 1817 / 1438, 1 x 1048576 605 / 409; behind it where rows are many or short
-// (4 x 262144 705 / 776, 1 x 65536 42 / 75; the fixed sweep's 4096 x 16384 bfloat16 34% of a copy).
+// It beats cluster on a few very long rows (float32 1 x 4194304 on the H200: 1654 GB/s against 564), not on
+// many or short ones.
 #include <algorithm>
 #include <climits>
 #include <cstdint>

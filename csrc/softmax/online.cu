@@ -11,10 +11,8 @@
 // Where it is slow (H200, fixed sweep): medium rows, e.g. N = 1024 at 68-73% of its 2R+1W ceiling.
 // A 1024-element row gives each of its threads one or two 16-byte loads before a block-wide merge,
 // so few bytes are in flight per SM (inferred from the launch shape, not profiled). Long rows, where
-// each thread streams many packs, reach 93-97% (N >= 65536). Those figures are from the merge with
-// three barriers; with one (BlockAllReduce now), interleaved timings on the H200 moved by -4% to +6%
-// (results/h200/experiments/ab_one_barrier_reduce.txt: slower at bfloat16 16384x4096 and 4096x4096,
-// faster at 65536x1024; not profiled).
+// each thread streams many packs, reach 93-97% (N >= 65536). Measured before the merge had one barrier
+// (BlockAllReduce): notebook/online-tuning/.
 #include <cstdint>
 
 #include "lab/check.cuh"

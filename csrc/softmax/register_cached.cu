@@ -1,4 +1,8 @@
 // register_cached: each row read from HBM once and written once, held in registers in between.
+// Tuned production kernel (cuda.register_cached; cuda.auto's default for rows of up to 8192 float32 / 2048 16-bit
+// elements). Launch tables: kRowShapes32 (float32) and kRowShapes16 (float16, bfloat16), by N, each entry with a
+// few-rows shape and lean shapes beside the table's own, taken by M. Measurements behind the tables:
+// notebook/register-cached-tuning/.
 //
 // Algorithm: a group of THREADS_PER_ROW threads owns a row: 2 to 32 lanes of a warp for short
 // rows (several rows per warp, so no lane idles), a whole block of 64 to 1024 threads for medium
@@ -13,37 +17,29 @@
 // of 257 to 1024 elements keep them in shared memory instead, one per element), with xor shuffles inside the group
 // (warp_allreduce<THREADS_PER_ROW>) or, for block groups, the two-level BlockAllReduce of
 // warp_shuffle. Last, the normalized row is written.
+// Ragged rows (not whole packs from a 16-byte boundary: odd N, a view one element in) have their edge, the
+// elements before their first 16-byte boundary and after their last whole pack, held beside the packs of the rest
+// (PEELED); y's row is written the same way where it is as far past a boundary as x's, else element by element.
+// Lean kernel (register_cached_lean_kernel): rows of whole 16-byte packs on 16-byte boundaries, where the entry has
+// a lean shape: straight-line code with the loads first and one exponential per element.
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
-// Launch: (threads per row, elements per thread) from kRowShapes32 or kRowShapes16 by the row's
-// length; where an entry has a few-rows shape and that shape's grid is resident all at once, that one
-// (FewRowsShape). Warp groups run in 128-thread blocks of 128 / THREADS_PER_ROW rows; a block group is
-// one row per block. Blocks stride over rows past the grid's limit.
+// Launch: (threads per row, elements per thread) from kRowShapes32 or kRowShapes16 by the row's length. Where the
+// rows allow the lean kernel, its few-rows shape (`lean`) if that grid is resident all at once, else its many-rows
+// shape (`lean_many`) if that grid is more than one wave; then the few-rows shape (FewRowsShape) if its grid is
+// resident all at once; else the table's shape. Warp groups run in 128-thread blocks of 128 / THREADS_PER_ROW rows
+// (64 where 128 would leave fewer than 2 blocks per SM); a block group is one row per block. Blocks stride over
+// rows past the grid's limit.
 // Limits: N <= 16384 (kMaxCols): the row must fit in the group's registers (16 floats per thread
 // of a 1024-thread block in float32, 32 per thread of 512 in 16-bit types); past that the launcher
-// refuses with cudaErrorInvalidValue.
-// Any rows (64-bit offsets), any N >= 1, any row strides: a row that is not whole packs from a 16-byte
-// boundary (odd N, a view one element in) has its edge, the elements before its first 16-byte boundary and
-// after its last whole pack, held beside the packs of the rest (PEELED); y's row is written the same way
-// where it is as far past a boundary as x's, else element by element.
-// Where it falls short of its 1R+1W ceiling, and why (H200, fixed sweep, results/h200 at c1f8eda):
-// 97-100% of a copy in float32 and 96-100% in bfloat16 from N = 32 to 4096 (bfloat16 was 81-95% with
-// its elements held as floats: 96 registers for 32 elements, two blocks of 256 per SM, and ncu found
-// its warps stalled on their loads); QuACK's kernel reaches 98-101 there. The row shapes of N = 128
-// to 2048 in 16 bits and N = 512 in float32 were then re-chosen by A/B calls (the tables' comments
-// below). N = 16384: 91%, one row per block of 512 or 1024 threads, at most two rows per SM in
-// flight; cluster splits such rows and is faster there.
-// On the tutorial's small tensors (1-16 MB) the warps wait on their loads (ncu's stall samples: 14-36% on the first
-// instruction after them, 65% at bfloat16 524288x128), not on issue: a kernel of whole rows that dropped the per-pack
-// tests and element-by-element paths ran 4-10% fewer instructions and no faster in interleaved rounds, and was
-// reverted (results/h200/experiments/whole_rows_f1f2073/). The waves were what counted at 16-bit N = 1025 to 2048:
-// a few-rows shape that keeps the row in shared memory (SHARED_ROW) runs the tutorial's 4096 rows of 2048 in one
-// wave where the table's shape took 1.48, 4-5% faster on an H100 (results/h100-80gb-hbm3/experiments/shared_row/).
-// Few rows of whole 16-byte packs on 16-byte boundaries (N = 65-128 and 257-1024, every dtype) take a lean
-// kernel before any of these (RowShape.lean, register_cached_lean_kernel): straight-line code with the loads first
-// and one exponential per element, 1.5% ahead of QuACK at bfloat16 4096x512 and 4096x1024 in one H200 call
-// (results/h200/experiments/lean_rows/). Many such rows (more than one wave) take it too at N <= 128 and 209-512,
-// and float32 513-1024 and 2049-4096 (RowShape.lean_many): 0.1-0.9% ahead of the table's shapes at those lengths of
-// the fixed sweep (results/h200/experiments/lean_many_rows/, lean_4096/).
+// refuses with cudaErrorInvalidValue (cluster splits such rows). Any rows (64-bit offsets), any N >= 1, any row
+// strides.
+// Why:
+// - 16-bit rows held packed: held as floats, bfloat16 reached 81-95% of a copy (96 registers for 32 elements, two
+//   blocks of 256 per SM, warps stalled on their loads); packed, 96-100% from N = 32 to 4096 on the H200.
+// - A few-rows shape where its grid fits in one wave: every row's loads are in flight together, and a call lasts
+//   about one row's latency (bfloat16 4096x1024 ran in 1.29 waves on the table's shape, in one at 32 registers).
+// - The lean kernel: triton.multirow's straight-line form of the same layout (bfloat16 4096x512) was 162 SASS
+//   instructions against 359.
 // Next rung: rows too long for one block's registers need a thread-block cluster.
 #include <algorithm>
 #include <array>
@@ -67,56 +63,30 @@
 namespace lab {
 namespace {
 
-// The launch heuristic as data: the first entry whose max_cols covers the row. Each thread keeps
-// 8 to 32 elements as floats (at most 32 registers of row data; 16-bit types are converted as they
-// load). Short rows share a warp among 8 to 1 rows; medium rows grow the group to a whole block.
-// Elements per thread are a multiple of 8: whole 16-byte packs in every dtype.
+// The launch heuristic as data: the first entry whose max_cols covers the row. Short rows share a warp among 16 to
+// 1 rows; medium rows grow the group to a whole block. Elements per thread are whole 16-byte packs (row_shapes_hold).
 // persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
-// loaded ahead; else one block per row group. Chosen by measurement (both grids of every shape,
-// timed by scripts/tune_cluster.py on the H200; results/h200/tune.json).
+// loaded ahead; else one block per row group. Every entry is the shape and grid measured fastest at its length on
+// the H200 (scripts/tune_register_cached.py, scripts/tune_cluster.py, A/B calls in interleaved rounds beside QuACK).
+// Measurements behind these tables: notebook/register-cached-tuning/.
 // A second shape for few rows (threads_per_row 0: none; only beside a non-persistent entry): a group
 // in blocks of kBlockThreads (a warp group in kWarpGroupBlock-thread blocks, or a group that is the block),
 // one block per row group, taken where that grid is resident all at once (the occupancy calculator, asked
 // once per kernel and device). Then every row's loads are in flight together and a call lasts about one
 // row's latency, where with more rows than fit at once the per-row work's throughput counts. It may set
 // its own register budget (`registers`): a kernel of its own, compiled for more resident blocks.
-// The three entries differ for different reasons: bfloat16 N = 65 to 128 takes
-// twice the threads per row (8 elements a thread, not 16: a shorter chain of loads, reductions,
-// exponentials and stores per thread); float32 N = 513 to 1024 takes QuACK's grid, four rows of 32 threads in a
-// block of 128 instead of one row of 64 threads (32 elements a thread, a warp's reduction without the
-// block's barrier, the whole grid in one wave at 55 registers), with staged loads. Measured on the H200
-// (scripts/tune_register_cached.py, interleaved rounds beside QuACK in one call,
-// results/h200/experiments/tune_register_cached_staged_1bc48a9.txt):
-// bfloat16 4096x128 5.26 us with the table's 8 x 16 (64-thread blocks, staged), 5.10 with 16 x 8 in
-// blocks of 128 loaded straight into registers (QuACK's grid; 5.18 staged; QuACK 5.06), where
-// 524288x128 takes 69.26 and 69.86; float32 4096x1024 13.38 with the table's 64 x 16, 13.14 with
-// 32 x 32 in blocks of 128, staged (QuACK's grid and loads; QuACK 13.02), where 65536x1024 takes 130.08
-// and 132.00.
-// bfloat16 N = 513 to 1024 keeps the table's shape (64 x 16, one row per 64-thread block, staged) at 32
-// registers, not 40: an SM then holds 32 blocks (its limit) where it held 24, and the tutorial's 4096 rows
-// run in one wave (4224 blocks resident on the H200's 132 SMs) where they took 1.29 (ncu). In one device call
-// (scripts/ab.sh, results/h200/experiments/ab_registers32_355c19d.txt, every packed 16-element shape at 32
-// registers against the table's, interleaved rounds beside QuACK on each side): 4096x1024 8.91 -> 8.46 us
-// (QuACK 8.59 -> 8.42, the drift between the sides), but with every row at 32 registers the fixed sweep's
-// many rows lost 0.2-0.7% against QuACK (65536x1024 67.97 -> 68.32, QuACK 69.28 -> 69.12; 262144x256
-// 68.19 -> 68.50, QuACK 68.21 -> 68.03): many rows keep the table's budget.
-// 16-bit rows of 257 to 1024 elements (bfloat16 and float16, one table; measured in bfloat16) then kept the
-// exponentials of the exp-sum in shared memory for the write (`shared_exps`: one exponential per element, not
-// two; the few-rows shape of N = 257-512 is the table's own shape with them). In one device call
-// (scripts/ab.sh, results/h200/experiments/ab_shared_exps_7befa64.txt, every packed kernel of one block per row
-// group with them, interleaved rounds beside QuACK on each side; register_cached's time / QuACK's, A -> B):
-// 4096x512 1.022 -> 1.012, 4096x1024 1.006 -> 0.998; level within 0.7% from 4096x128 to 4096x4096
-// elsewhere; but 5 of the fixed sweep's 8 shapes it reached lost 0.5-0.9% (1048576x64 1.005 -> 1.012,
-// 262144x256 0.998 -> 1.007, 65536x1024 0.975 -> 0.984), 2097152x32 gained 0.4% (0.753 -> 0.750) and
-// 32768x2048 and 16384x4096 stayed level: once the SMs are full, the shared memory's traffic and footprint
-// mostly cost more than the MUFU work saved. So few rows only.
-// 16-bit rows of 1025 to 2048 elements then took a few-rows shape too: the table's own 64 x 32 staged, at 32
-// registers (32 blocks of 64 per SM, where 48 registers held 21: the tutorial's 4096x2048 in one wave of 4224
-// blocks on 132 SMs, not 1.48), the row left in shared memory and read again for each pass (`shared_row`: held in
-// registers, 32 packed elements spilled at 32). On an H100 (results/h100-80gb-hbm3/experiments/shared_row/, A B A B
-// in separate processes beside unchanged kernels, which moved 0-1%): bfloat16 4096x2048 16.87 -> 16.21 us,
-// 4000x2048 -4.4%, 4096x1536 -3.8%, 4096x2047 -4.6%, float16 4096x2048 -4.4%; 2048x2048, one wave before too,
-// level to 1% slower (the drift there: 1.4%).
+// Why each few-rows shape:
+// - bfloat16 N = 65 to 128: twice the threads per row (8 elements a thread, not 16): a shorter chain of loads,
+//   reductions, exponentials and stores per thread.
+// - float32 N = 513 to 1024: QuACK's grid, four rows of 32 threads in a block of 128 (a warp's reduction without the
+//   block's barrier, the whole grid in one wave at 55 registers), staged.
+// - 16-bit N = 257 to 1024: the exponentials kept in shared memory (`shared_exps`), one exponential per element;
+//   few rows only: once the SMs are full, the shared memory's traffic costs more than the MUFU work saved.
+// - 16-bit N = 513 to 1024: the table's shape at 32 registers, not 40: 32 blocks per SM where 24 fit, so the
+//   tutorial's 4096 rows run in one wave; many rows keep the table's budget (0.2-0.7% slower at 32).
+// - 16-bit N = 1025 to 2048: the table's 64 x 32 staged at 32 registers, the row left in shared memory and read
+//   again for each pass (`shared_row`; held in registers, it spilled at 32): one wave at 4096 rows, 4-5% faster on
+//   an H100.
 struct FewRowsShape {
   int threads_per_row = 0;
   int elems_per_thread = 0;
@@ -147,63 +117,12 @@ struct RowShape {
   LeanShape lean = {};       // few rows (its grid resident at once)
   LeanShape lean_many = {};  // many rows (its grid more than one wave)
 };
-// peel: in one device call (scripts/ab.sh, interleaved rounds, results/h200/experiments/ab_peeled_rows_4d1f008_*.txt;
-// time element by element / peeled, above 1: the peel is faster) the peel won from float32 N = 65 (1.03) and
-// bfloat16 N = 257 (1.02) up: float32 4096x8191 1.42, 4096x16383 2.20, 16384x2049 1.13, 524288x127 1.16; bfloat16
-// 4096x8191 3.44, 4096x16383 3.45, 131072x511 2.47, and bfloat16 N = 1 to 64 too (2097152x31 2.54, 1048576x63 3.40).
-// Where a thread holds one or two packs of a short row it lost: float32 2097152x17 0.73, 2097152x33 0.71,
-// 1048576x63 0.91 (one pack a thread: the head's load, exponential and store cost more than the packs save), bfloat16
-// 1048576x65 0.96, 524288x129 0.95. Those entries kept element by element.
-// With the edge slots (the tail beside the packs too, and ragged rows on the entry of their whole packs), 16-bit
-// N = 65-256 was timed again, peeled against element by element (scripts/ab.sh, one device call,
-// results/h200/experiments/ab_peel_short_rows.txt; time element by element / peeled): bfloat16 4096x197 1.45,
-// 65536x197 2.73, 4096x129 1.14, 524288x129 1.74, 4096x255 1.55, 262144x255 3.42, 524288x127 4.40; aligned rows
-// level. Those entries peel now. float32 N <= 64 stays element by element: 2097152x17 0.75, 1048576x50 0.84,
-// 1048576x63 0.91, where 2097152x33 gained 1.33 and 1048576x65 1.07 (the peel moved those rows to the entry
-// below: two flags per entry would take both; not done).
-// float32 N = 512 takes 64 threads x 8 elements, one row per 64-thread block (was a warp of 32 x 16):
-// fixed 131072x512 97.1/97.8/97.1% of a copy -> 98.6/98.8/99.3 in one A/B call
-// (results/h200/ab_register_cached_short.txt; unchanged shapes read about 0.5 higher on the B side);
-// 8 x 4 at N = 32 and 16 x 4 at N = 64 gained no more than that bias (+0.5, +1.1) and were not kept then.
-// N = 2048 then went from 128 x 16 to 64 x 32, one row per 64-thread block, in both tables
-// (scripts/tune_register_cached.py --shape ..., results/h200/experiments/tune_register_cached_2048_d8fb958.txt,
-// interleaved rounds in one call): float32 4096x2048 101.2 -> 102.3% of a copy, 32768x2048 97.3 -> 97.9,
-// 131072x2048 98.5 -> 98.4 (32 x 64: 99.3), 65536x1536 99.8 -> 100.0; bfloat16 4096x2048 99.9 -> 100.9,
-// 32768x2048 98.3 -> 99.8, 131072x2048 100.3 -> 101.8, and rows the 2048 entry takes with 128 threads'
-// second packs partly past the end: 4096x1536 88.1 -> 95.0, 65536x1536 87.6 -> 99.6.
-// N = 32, 64 and 1024 then went to 8 x 4, 16 x 4 (one pack per thread) and 64 x 16 (one row per 64-thread
-// block): timed in interleaved rounds beside the table and the peers (scripts/tune_register_cached.py
-// --sweep fixed, results/h200/experiments/tune_register_cached_fixed_151ee42.txt; each round within
-// 0.3 us of the others), fixed 2097152x32 99.3 -> 100.1% of a copy (QuACK 100.4), 1048576x64 98.7 -> 99.6
-// (torch.compile 99.6), 65536x1024 97.9 -> 99.1 (128 x 8: 99.5, but 2.4% behind the table at the
-// tutorial's 4096x1024, where 64 x 16 was 0.8% ahead: results/h200/experiments/tune_register_cached_ece42c8.txt).
-// Many rows of whole packs (RowShape.lean_many) then took the lean kernel at N = 32 to 256, 512 and 1024: in one
-// device call (scripts/tune_register_cached.py --sweep fixed, results/h200/experiments/lean_many_rows/, 7 rounds of
-// 50 calls; us, the lean shape against the table, blocks of 128 but where marked) 2097152x32 8 x 4 129.58 against
-// 129.97, 1048576x64 16 x 4 129.55 against 130.05, 524288x128 32 x 4 129.49 against 130.43, 262144x256 32 x 8 130.98
-// against 131.17, 131072x512 64 x 8 130.66 against 130.91, 65536x1024 64 x 16 / 64 129.82 against 130.10. The 208
-// entry (N = 129-208) was not timed there and has none.
-// Few rows of 128 and 1024 then took lean shapes too: at the tutorial's 4096 rows (results/h200/experiments/
-// lean_tutorial/, 9 rounds of 100 calls; us) 4096x128 32 x 4 / 128 5.49 against the table's 5.57 (QuACK 5.50),
-// 4096x1024 32 x 32 / 128 12.13 against 12.34 (QuACK 12.13).
-// Many rows of 4096 then took 128 x 32 / 128 lean: at the fixed sweep's 16384x4096 (results/h200/experiments/
-// lean_4096/, 9 rounds of 50 calls) 132.40 us against the table's 133.55 and triton.fused's 133.34; at the tutorial's
-// 4096x4096 (more than one wave too) 36.86 against 37.10. In 16 bits it was not ahead (69.84 against 69.68).
-// Then lengths between the sweeps' powers of two, where a row fills 62-75% of its entry's shape. Beside QuACK 0.6.5
-// off the sweeps (results/h200/experiments/offsweep_scan/call2/scan.txt, lab.auto against QuACK, us) the lab trailed at
-// bfloat16 4096x160 5.57 against 5.25, 4096x1536 11.95 against 10.80, 4096x3072 17.49 against 17.10, 4096x6144 31.12
-// against 30.27. Tuning shapes that hold 1536, 3072 and 6144 elements in whole packs were added and timed beside the
-// table (scripts/tune_register_cached.py, 7 rounds of 100 calls; call2/ and call3/tune.txt there; us, the new
-// entry's shape against the table's): bfloat16 4096x1536 32 x 48 / 128 lean 10.85 against 11.84 (QuACK 10.66),
-// 32768x1536 64 x 24 / 64 lean 52.05 against 53.10 (QuACK 52.50), 4096x1280 10.11 against 11.65; 4096x3072 128 x 24
-// / 128 lean 17.38 against 18.34, 16384x3072 128 x 24 packed 52.26 against 52.43; 4096x6144 256 x 24 / 256 lean 29.18
-// against 30.34, 8192x6144 52.77 against 53.65; float32 4096x1536 64 x 24 / 64 lean 16.22 against 17.09 (QuACK
-// 17.15), 32768x1536 99.65 against 100.06, 4096x1280 14.53 against 15.36. float32 3072 and 6144, where the lab led
-// QuACK, take their next entry's shapes (the two tables keep one entry per length). The 208 entry took lean shapes
-// of 16 x 16 / 128: bfloat16 4096x160 5.22 against 5.57 (QuACK 5.23), 4096x192 5.38 against 5.70, 151296x160 30.22
-// against 30.83 (QuACK 33.76), 151296x192 32.29 against 32.90, 151296x200 34.21 against 35.30, 151296x208 34.88
-// against 35.57; float32 few rows 4096x160 6.40 against 6.53, 4096x192 6.50 against 6.72 (many rows level: 16 x 16
-// 51.73 against 51.52 at 151296x160, 65.41 against 65.34 at 151296x208; none taken).
+// peel: the PEELED kernels move a ragged row's body as 16-byte packs, where element by element every element is
+// a load and a store of its own (bfloat16 4096x8191: 3.44 times faster peeled). Not where a thread holds one pack
+// of a short row: the head's load, exponential and store cost more than the packs save (float32 2097152x17 peeled
+// took 1 / 0.73 the time), so float32 N <= 64 stays element by element.
+// The entries of 1536, 3072 and 6144: a row there filled 62-75% of the next entry's shape. float32's 3072 and 6144
+// take their next entry's shapes (the lab led QuACK there; the two tables keep one entry per length).
 constexpr RowShape kRowShapes32[] = {  // float32
     {32, 8, 4, false, false, {}, false, {}, {8, 4, 128}},
     {64, 16, 4, false, false, {}, false, {}, {16, 4, 128}},
@@ -220,58 +139,15 @@ constexpr RowShape kRowShapes32[] = {  // float32
     {8192, 512, 16, false, false},
     {16384, 1024, 16, true, false},
 };
-// float16 and bfloat16: the same bytes per thread as float32, so twice the elements in half the
-// threads. With float32's shapes a 16-bit thread loads half the bytes: ncu on the H200 found the
-// warps of bfloat16 N = 32 and 512 stalled on their loads (long scoreboard 10-12 cycles per
-// instruction) at 71-74% of peak DRAM throughput with 16-32 bytes in flight per thread. Block
-// groups: 16 elements were only 32 bytes in flight per thread, and the 1024-thread block of a
-// 16384-element row fits once per SM (one 32 KB row in flight per SM, 46% of a copy); 512 threads
-// of 32 elements fit twice.
-// Held packed (see the header), 32 elements cost 16 registers, and the rows of 128 and 256 elements
-// take 32 per thread with half the threads: 64 bytes in flight per thread. On the H200, packed, a
-// grid of one block per row group beat the persistent one by 1.8 to 10.6 points of a copy at every
-// length of the second tune but tutorial 4096x512 and 4096x1024 (level) and 2048 (behind; those
-// tiny shapes flip between runs) (scripts/tune_cluster.py, bfloat16,
-// results/h200/tune_register_cached_packed.txt; fixed sweep 96.8 to 98.1% of a copy from N = 32 to
-// 4096, where the float registers had reached 80.7 to 94.5; 2 threads of 32 elements at N = 64
-// reached only 85%, so N = 64 keeps 4 threads of 16, like N = 32).
-// N = 128 to 512 then went from 32 elements per thread to 16 (twice the threads per row, fewer
-// registers, more warps resident): in one device call (scripts/ab.sh, results/h200/
-// ab_cluster_fold_rc16.txt) the fixed sweep's 524288x128 gained 94.3 -> 98.1% of a copy, 262144x256
-// 96.4 -> 98.8, 131072x512 96.8 -> 98.7; the tutorial's 1 MB 4096x128 went 98.2 -> 90.1 and 4 MB
-// 4096x512 90.0 -> 93.8 (those tiny shapes flip between runs).
-// N = 2048 and 4096 at 16 elements (results/h200/ab_rc16_2048_4096.txt, three passes a side in one
-// call): tutorial 4096x2048 on one block per row group 89.7/91.2/91.1% at 64 x 32 (persistent, the
-// table's choice then: 82.0/82.2/82.7) against 96.2/91.9/101.2 at 128 x 16, which N = 2048 then took;
-// fixed 16384x4096 97.6/98.0/98.0 at 128 x 32 against 94.1/94.7/95.1 at 256 x 16: N = 4096 keeps 32.
-// N = 1024 then went to 64 threads x 16 elements, one row per 64-thread block (was a warp of 32 x 32):
-// fixed 65536x1024 97.0/97.0/97.2% -> 100.1/100.0/100.1 (results/h200/ab_register_cached_short.txt,
-// three passes a side in one call, where shapes left unchanged read about 0.5 higher on the B side);
-// 8 elements per thread at N = 64 and 128 (8 and 16 threads, QuACK's split) were level there.
-// Rows up to 2048 elements then went through shared memory (staged: cp.async copies of the whole
-// packs, then read back), as QuACK's kernel loads them: in one device call, interleaved rounds beside
-// QuACK on the same machine before (twice, around) and after (results/h200/experiments/ab_staged_ff15820.txt),
-// register_cached's time relative to QuACK's fell by 2.6% at bfloat16 4096x128, 1.0 at 4096x1024,
-// 0.7 at 1048576x64, 0.5 at 4096x2048, 0.4 at 4096x512, and stayed level (within 0.2) at 524288x128
-// and 65536x1024; it rose by 1.3% at 4096x4096, which stays as it was. float32 is not staged: 1.6%
-// faster at 4096x128 but 0.7% slower at 4096x1024 and level (within 0.2) at 4096x512, 4096x2048,
-// 262144x256 and 65536x1024.
-// N = 129 to 208 then took a shape of its own, 8 threads x 32 elements (4 packs a thread, more bytes in flight
-// than the 256 entry's 16 x 16 where a row leaves a quarter of its slots empty), loaded straight into registers:
-// scripts/tune_register_cached.py had 8 x 32 in blocks of 128 ahead of the table at bfloat16 151296x192 and
-// 151296x200 (results/h200/experiments/tune_register_cached_200.json); then in one device call (scripts/ab.sh,
-// results/h200/experiments/ab_entry_208.txt, an entry of 224 against none; time before / after): bfloat16
-// 151296x197 1.09 (a ViT's 197 tokens; float16 1.11), 151296x136 1.17, 151296x160 1.13, 151296x200 1.04, 151296x208
-// 1.04, 262144x225 (ragged rows on the entry of their whole packs) 1.04, but 151296x224 0.98, so the entry ends at
-// 208; 4096x197 read 0.96 in rounds that overlapped (6.40-6.88 against 6.42-6.50 us). float32 has the same entry
-// with the 256 entry's shape (the tables keep one entry per length), the same kernels.
-// Many 16-bit rows of whole packs (RowShape.lean_many) then took the lean kernel at N = 32 to 512 (the same call,
-// bfloat16, blocks of 128): 2097152x32 4 x 8 67.95 against the table's 68.21 (QuACK 90.83), 1048576x64 8 x 8 68.26
-// against 68.51 (QuACK 68.11), 524288x128 8 x 16 68.70 against 68.90, 262144x256 16 x 16 68.37 against 68.54,
-// 131072x512 32 x 16 68.82 against 68.91; at 65536x1024 the lean 64 x 16 was level with the table (68.45), so none.
-// The few-rows lean shapes of 128 and 1024 then went to 8 x 16 / 128 and 64 x 16 / 128: at the tutorial's 4096 rows
-// (results/h200/experiments/lean_tutorial/, 9 rounds of 100 calls; us) 4096x128 5.52 against 16 x 8's 5.57 (QuACK
-// 5.52), 4096x1024 8.51 against 32 x 32 / 32's 8.64 (QuACK 8.69).
+// float16 and bfloat16 (measured in bfloat16): the same bytes per thread as float32, so twice the elements in half
+// the threads. With float32's shapes a 16-bit thread loads half the bytes: ncu on the H200 found the warps of
+// bfloat16 N = 32 and 512 stalled on their loads at 71-74% of peak DRAM throughput with 16-32 bytes in flight per
+// thread. Held packed (see the header), 32 elements cost 16 registers: 64 bytes in flight per thread.
+// staged (rows up to 2048): cp.async copies, as QuACK loads them: time relative to QuACK's fell by up to 2.6%
+// (bfloat16 4096x128); at 4096x4096 it rose by 1.3%, so rows past 2048 load straight into registers.
+// The 208 entry: 8 threads x 32 elements, 4 packs a thread, more bytes in flight than the 256 entry's 16 x 16 where
+// a row leaves a quarter of its slots empty (bfloat16 151296x197, a ViT's 197 tokens: 1.09 times faster); at 224 it
+// lost, so the entry ends at 208.
 constexpr RowShape kRowShapes16[] = {
     {32, 2, 16, false, true, {}, true, {}, {4, 8, 128}},
     {64, 4, 16, false, true, {}, true, {}, {8, 8, 128}},
@@ -334,10 +210,9 @@ static_assert(row_shapes_hold(kRowShapes32, 4) && row_shapes_hold(kRowShapes16, 
 // Threads per block when groups are at most a warp: 128, or 64 when 128-thread blocks would give
 // fewer than kMinBlocksPerSm blocks per SM (few short rows: more, smaller blocks spread the rows
 // over every SM; where an entry has a few-rows shape, that shape takes such rows first, unless the
-// launcher is asked for a persistent grid). 128 rather than 256: on the H200 (scripts/tune_cluster.py,
-// both in one device call) float32 rows of 32 to 1024 elements gained 0.4 to 3.7 points of a copy (N = 64: 95.2 ->
-// 98.9%, 256: 96.1 -> 99.1), bfloat16 stayed level (within 0.6); ncu had QuACK's kernel, faster
-// there, in 128-thread blocks at 86% achieved occupancy against these 79% at 256.
+// launcher is asked for a persistent grid). 128 rather than 256: more achieved occupancy (QuACK's kernel, faster
+// there, ran 128-thread blocks at 86% against 79% at 256), and float32 rows of 32 to 1024 elements gained 0.4 to
+// 3.7 points of a copy on the H200.
 constexpr int kWarpGroupBlock = 128;
 constexpr int kSmallWarpGroupBlock = 64;
 constexpr int kMinBlocksPerSm = 2;
@@ -414,11 +289,8 @@ constexpr int kMinBlocks =
 // and one write per element, where without it every element of such a row is read and written on its own.
 // The body has at most N / K packs, so the entry of N / K * K elements holds it (ragged_entry): bfloat16
 // rows of 1025 elements take the 1024 entry's shapes, which the 2048 entry's would hold twice over.
-// Against the head alone peeled, on the entry of N, with the tail in a partial last pack read element by element
-// (scripts/ab.sh, one device call, results/h200/experiments/ab_ragged_edge_slots.txt; time before / after):
-// bfloat16 4096x1025 1.37 (12.80 -> 9.34 us), 16384x1025 1.41, 4096x2049 1.30, 4096x4097 1.40, 4096x8193 1.72,
-// and in the same entry 4096x8191 1.09, 4096x16383 1.16, 1048576x63 1.28; float32 4096x2049 1.08, 4096x4097 1.16,
-// 4096x8193 1.30; aligned rows and the rest level (257, 577, 8191 and 16383 in float32 within 1%).
+// Why the tail in edge slots too, not in a partial last pack read element by element: bfloat16 4096x1025 took
+// 12.80 -> 9.34 us.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK, bool PERSISTENT, bool PACKED = kPacked<T>,
           bool STAGED = false, int REGISTERS = 0, bool SHARED_EXPS = false, bool PEELED = false,
           bool SHARED_ROW = false>
@@ -688,35 +560,16 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
 // each on a grid of one block per row group: a group of threads_per_row threads holds a row of up to
 // threads_per_row x elems_per_thread elements, in blocks of `block` threads (block / threads_per_row
 // rows per block; a group of more than a warp is a whole block): the alternatives, in rows per block and
-// elements per thread, that the script times beside the table's own shape. They were added to test
-// whether the grid is what makes QuACK's kernel faster on the tutorial sweep's small tensors (ncu: four
-// rows of 32 threads in each of 1024 CTAs of 128, 0.78 of a wave, against 4096 blocks of 64 threads here
-// in 1.29 at bfloat16 4096x1024, before 6ac3e7f): QuACK's grid is not (32 x 32 in blocks of 128 was no
-// faster than the table's shape; results/h200/experiments/tune_register_cached_*), but the waves were:
-// the table's own shape at 32 registers, one wave, is N = 513-1024's few-rows shape now. Their timings did
-// move the table at N = 2048 and at float32 N = 32, 64 and 1024 (the tables' comments above).
+// elements per thread, that the script times beside the table's own shape (QuACK's grids, triton.multirow's
+// layouts, the lean kernel's). What they answered: notebook/register-cached-tuning/.
 // A tuning shape loads straight into registers unless it is `staged` (below): where the table stages a
-// shape (16-bit rows up to 2048), compare the table's timing with its staged twin's. The staged shapes
-// were added to time QuACK's grids (16 threads of 8 elements at bfloat16 N = 128, 32 threads a row in
-// blocks of 128 up to N = 2048) with its loads, cp.async into shared memory, beside the table's. The
-// float32 32 x 32 staged shape became float32 N = 1024's few-rows shape (FewRowsShape); bfloat16 N = 128's
-// is QuACK's grid unstaged (16 x 8 in blocks of 128: its staged twin was slower); at bfloat16 N = 512 to
-// 2048 none beat the table.
+// shape (16-bit rows up to 2048), compare the table's timing with its staged twin's.
 // packed (16-bit types): held as loaded, two elements per register, as the table's shapes hold them;
 // else as floats (an exponential per element, not two; twice the registers; kThreadRegisters counts them
-// as float32's): slower than packed at every length timed. Held as floats and staged too (32 x 64 in blocks
-// of 128 is QuACK's layout at 2048, a warp a row), six such shapes were slower than the packed ones at
-// bfloat16 4096x512 to 32768x2048 on an H100, QuACK beside them (results/h100-80gb-hbm3/experiments/
-// small_tensors/floats_staged.txt: 4096x2048 64 x 32 16.78 us, 32 x 64 17.01, the table 16.53, QuACK 16.13),
-// and were not kept.
+// as float32's).
 // staged: the whole packs copied to shared memory by cp.async first, as the table's `staged` shapes are
 // (within kMaxStagedBytes per block; the kernel's static_assert checks it).
-// triton.multirow's layouts: on the H200 (scripts/tune_multirow.py, results/h200/experiments/multirow_layouts/)
-// its kernel at 2 rows of 64 threads x 8 elements in a block of 128 read 6.61 us at bfloat16 4096x512, against
-// QuACK's 6.72 and cuda.auto's 6.78, where 1 row in a block of 64, the same per-row layout, read 7.36; a warp a row
-// in blocks of 32 led at float32 4096x512 (9.01 against QuACK's 9.14) and bfloat16 4096x1024 (8.48 against 8.54).
-// Those layouts are the shapes of that comment line; a group of 64 in a block of 128 is two block groups, each
-// reduced on its own.
+// triton.multirow's layouts: a group of 64 in a block of 128 is two block groups, each reduced on its own.
 struct BlockShape {
   int threads_per_row;
   int elems_per_thread;
@@ -913,14 +766,10 @@ cudaError_t dispatch_tune_shape(int index, F&& f) {
 // packs from 16-byte boundaries in x and y, offsets within 32 bits). One block per row group and no loop over rows,
 // no per-pack alignment tests and no element-by-element paths, the loads first, the row held as floats with one
 // exponential per element, and an approximate reciprocal (__fdividef; the sum is at least 1, the max's own
-// exponential). The table's lean shapes (RowShape.lean) take few such rows; the tuning shapes flagged lean too.
-// Why: at bfloat16 4096x512 triton.multirow's kernel in register_cached's own layouts was 3% shorter than
-// register_cached's (results/h200/experiments/group_blocks/: 162 SASS instructions against 359, its load issued 29
-// in against about 50). In this form (the bfloat16 64 x 8 / 128 kernel: 155 instructions, the load at 24), timed on
-// the H200 beside the table and QuACK (results/h200/experiments/lean_rows/, 7 rounds of 100 calls; us):
-// bfloat16 4096x512 32 x 16 / 128 lean 6.78 against the table's 7.02 and QuACK's 6.88; 4096x1024 32 x 32 / 32 lean
-// 8.45 against 8.56 and 8.59; 4096x128 16 x 8 / 128 lean 5.38 against 5.47 and 5.41; float32 4096x512 64 x 8 / 128
-// lean 8.29 against 8.42 and 8.32 (float32 4096x1024: 12.74, level with the table, so no lean shape there).
+// exponential). The table's lean shapes (RowShape.lean, lean_many) take such rows; the tuning shapes flagged lean too.
+// Why: triton.multirow's kernel in register_cached's own layouts (bfloat16 4096x512) was 162 SASS instructions
+// against 359, its load issued 29 in against about 50; this form is 155, the load at 24, and ran 6.78 us against
+// the table's 7.02 there.
 template <typename T, int THREADS_PER_ROW, int ELEMS, int BLOCK>
 __global__ void __launch_bounds__(BLOCK)
     register_cached_lean_kernel(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int x_stride,

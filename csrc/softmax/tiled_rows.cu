@@ -1,4 +1,7 @@
 // tiled_rows: short rows moved as whole tiles through shared memory, so that a row's alignment does not matter.
+// Tuned production kernel (cuda.tiled_rows; cuda.auto's choice for many short ragged rows, its tiles rule). Launch
+// table: kTileShapes by N, and rotate_slots (a model of the shared-memory banks) for the slot layout. Measurements
+// behind them: notebook/tiled-rows-tuning/.
 //
 // Algorithm: a block of 128 threads owns a tile of consecutive rows. Where the rows are contiguous (row stride
 // == N), the tile is one run of memory, whatever N is: the block copies it to shared memory with 16-byte
@@ -8,9 +11,6 @@
 // memory, the group reduces the max and the sum of exp with xor shuffles, and each lane writes its normalized
 // elements back to shared memory (in place where y is as far past a 16-byte boundary as x; else to a second
 // buffer at y's offset). Last, the block stores the tile with 16-byte stores the same way.
-// Why: register_cached gives each row its own group of lanes, and a row of odd N starts anywhere in a 16-byte
-// pack. It peels each row's edges element by element, so a 63-element bfloat16 row (126 bytes) is mostly
-// edges: many small accesses per row. Here a tile of 64 such rows is 8 KB of whole 16-byte copies.
 // Rows that are not contiguous (a view with row stride > N) take the tile element by element (coalesced
 // along each row, one read and one write still).
 // HBM sweeps per row: 1 read of x, 1 write of y: the bytes of a copy.
@@ -19,19 +19,15 @@
 // per tile, blocks striding over tiles past the grid's limit.
 // Limits: N <= kMaxCols (512: a row must fit one warp's registers at 16 elements per lane); past that the
 // launcher refuses with cudaErrorInvalidValue. Any number of rows (64-bit offsets), any N >= 1, any row strides.
-// Where it falls short of its 1R+1W ceiling, and why (H200, results/h200/experiments/tiled_rows/): float32 rows of
-// 31 to 64 elements from 131072 rows reach 95-99% of a copy (register_cached, peeling each row: 88-95%), and 17
-// elements 76% (70%); bfloat16 N = 31 81-82% (47-62%), N = 17 53% (34%), but aligned rows 83-94% where
-// register_cached makes 99%. ncu (--clock-control none) has the 16-bit kernels issue-bound: issue active 90% of peak
-// at bfloat16 1048576x64, about 34 instructions per element (the rotated slots' address and bounds arithmetic, each
-// element loaded from and stored to shared memory alone, the groups' reductions). Reading and writing 16-bit rows in
-// pairs, one word each from the row's first 4-byte boundary on (half the shared-memory accesses; the head and tail
-// elements beside), was no faster: level to 3 points behind at N = 17-63 and 5-9 behind at N = 128-511
-// (results/h200/experiments/tiled_rows/ab_pairs.txt), so the instructions that bind are elsewhere. They were the
-// slots' rotation (below): with constant slots where the rows' lengths allow (rotate_slots), bfloat16 N = 31 reaches
-// 87-92% of a copy from 32768 rows, N = 50 and 53 85-89% from 131072, N = 7 to 17 68-89% (grid_constant_slots.txt).
-// Few rows: a tile's load, reduce and store run one after the other in a block, and with fewer than a few blocks per
-// SM the latency shows (4096x63: 80% against register_cached's 95%); auto gives it many rows only.
+// Why:
+// - Tiles: register_cached gives each row its own group of lanes, and a row of odd N starts anywhere in a 16-byte
+//   pack. It peels each row's edges element by element, so a 63-element bfloat16 row (126 bytes) is mostly
+//   edges: many small accesses per row. Here a tile of 64 such rows is 8 KB of whole 16-byte copies (float32 rows
+//   of 31 to 64 elements: 95-99% of a copy from 131072 rows, where register_cached makes 88-95%).
+// - The 16-bit kernels are issue-bound (about 34 instructions per element), not bound on HBM: hence constant slots
+//   wherever the banks allow (rotate_slots).
+// - Many rows only: a tile's load, reduce and store run one after the other in a block, and with fewer than a few
+//   blocks per SM the latency shows (4096x63: 80% of a copy against register_cached's 95%).
 // Next rung: rows too long for a warp take register_cached's block groups, then cluster.
 #include <algorithm>
 #include <atomic>
@@ -62,9 +58,8 @@ constexpr int resident_blocks() {
   return sizeof(T) == 4 && GROUP == 1 && !ROTATE ? 10 : kResidentBlocks;
 }
 
-// The row shapes: the first whose max_cols covers N. 16 slots a lane, not 8 (twice the lanes per row), halve the
-// groups' reductions per element: on the H200 bfloat16 524288x128 went from 74% to 94% of a copy and 1048576x64
-// from 80% to 83% (results/h200/experiments/tiled_rows/lab_2_* against lab_3_*, two calls). kTileBytes is not tuned.
+// The row shapes: the first whose max_cols covers N. 16 slots a lane, not 8, halve the groups' reductions per
+// element (bfloat16 524288x128: 74% -> 94% of a copy on the H200). kTileBytes is not tuned.
 struct TileShape {
   int max_cols;
   int group;  // lanes per row
@@ -294,15 +289,12 @@ int slot_wavefronts(int cols, int elem_size, int group, int ept, bool rotate) {
 }
 
 // Whether the groups' slots rotate (the kernel's ROTATE) for rows of `cols`: where the rows without the rotation
-// would take more than kRotateRatio (1.9) times its wavefronts (slot_wavefronts). Measured on the H200 in two A/B calls
-// (scripts/ab.sh, results/h200/experiments/tiled_rows/ab_constant_slots.txt and ab_rotate_ratio.txt; time with
-// constant slots / rotated, the ratio of their wavefronts in brackets): bfloat16 N = 17 0.75 at 2097152 rows (1.09),
-// 31 0.84 (0.97), 50 0.79 (0.60), 53 0.79 (1.69), 55 0.79 (1.75), 95 0.94 (1.6), 137 0.97 (1.75), 197 0.94 (1.82),
-// 255 0.97 (1.03), but 63 1.24 (2.47); float32 17 0.87 (0.59), 33 0.89 (1.74), 31 level (0.97), but 94 and 95 1.03
-// (1.68, 1.71), 63 and 127 1.01 (2.0). The arithmetic the constant slots save is worth some more wavefronts, not
-// twice as many; the float32 rows of 94 and 95 elements are where this model of the banks falls short. Rows of odd
-// N <= 16 (one lane a row) do not rotate: they already sit on different banks, and the rotation would put them on
-// few (float32 N = 15: 60 wavefronts against 960). The answer is remembered per element size and length.
+// would take more than kRotateRatio (1.9) times its wavefronts (slot_wavefronts). Why 1.9: the arithmetic the
+// constant slots save is worth some more wavefronts, not twice as many (bfloat16 N = 53 at 1.69 times the
+// wavefronts: 0.79 of the rotated time; N = 63 at 2.47: 1.24). The model falls short at float32 N = 94 and 95
+// (1.03 at 1.68 and 1.71). Rows of odd N <= 16 (one lane a row) do not rotate: they already sit on different banks,
+// and the rotation would put them on few (float32 N = 15: 60 wavefronts against 960). The answer is remembered per
+// element size and length.
 constexpr int kRotateRatioNum = 19, kRotateRatioDen = 10;  // 1.9
 bool rotate_slots(int cols, int elem_size, int group, int ept) {
   static std::atomic<signed char> memo[2][kMaxCols + 1];  // 0: not asked yet, 1: constant slots, 2: rotated

@@ -9,9 +9,8 @@ namespace lab {
 
 // A whole 16-byte pack, .ca (cached in L1 and L2: cp.async's default, as QuACK's softmax copies).
 // Not .cg: on an H100 ncu counted twice the ideal L2 sectors for the .cg form a warp issues over 512
-// contiguous bytes (LDGSTS.E.BYPASS.128.ZFILL: "L2 Theoretical Sectors Global Excessive" equal to the
-// ideal, a 50% L2 hit rate for loads that read every byte once), where the .ca form's were ideal
-// (results/h100-80gb-hbm3/experiments/long_rows_quack_a348f52/).
+// contiguous bytes (a 50% L2 hit rate for loads that read every byte once), where the .ca form's were
+// ideal (notebook/async-copy-tuning/).
 __device__ __forceinline__ void cp_async_16_ca(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");

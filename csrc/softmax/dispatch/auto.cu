@@ -1,15 +1,16 @@
 // auto: the lab's fast entry, torch.ops.lab.softmax. Not a kernel of its own: each call is handed
 // to the lab's fastest CUDA variant for its (dtype, N, M).
+// Tuned production kernel entry (cuda.auto, a dispatcher). Launch table: the dispatch table of the device's GPU
+// model (lab/tables/<gpu>.json, installed at import by lab/dispatch.py: set_auto_table), then two rules for ragged
+// rows (kOddRowsManyRows, kTilesRule). Measurements behind the rules: notebook/auto-dispatch-rules/.
 //
-// The choice comes from a dispatch table measured on this GPU model: lab/dispatch.py builds it from
-// the lab's own results (every CUDA variant timed at the sweeps' shapes) and installs it here at
-// import (set_auto_table). An entry covers rows of at most max_cols elements and, among the entries
-// of one max_cols, at most max_rows rows (the last of them takes any more rows).
-// Without a table, or for a dtype the table has no entry for, the default rule applies:
-//   rows of at most kShortRows (float32: 8192, 16-bit: 2048) -> register_cached
+// Algorithm: an entry covers rows of at most max_cols elements and, among the entries of one max_cols, at most
+// max_rows rows (the last of them takes any more rows). Without a table, or for a dtype the table has no entry
+// for, the default rule applies:
+//   rows of at most 8192 (float32) or 2048 (16-bit) elements -> register_cached (default_choice)
 //   longer rows -> cluster on sm_90 or newer (thread-block clusters), online elsewhere
-// (on the H200, register_cached's one-row-per-warp-group layout wins up to those lengths and the
-// cluster split above them; without clusters, online is the one variant that takes any N).
+// (register_cached's one-row-per-warp-group layout wins up to those lengths and the cluster split above them;
+// without clusters, online is the one variant that takes any N).
 // Ragged rows (odd N: rows off 16-byte boundaries, or N not a multiple of a pack), the odd-rows rule: the table is
 // measured on aligned rows. Where it (or the default rule) names cluster, register_cached takes ragged rows it
 // holds (N <= 16384) instead, on its PEELED kernels (one read), where
@@ -18,38 +19,20 @@
 //   - cluster would take them on its streaming path (two reads of every element), or
 //   - the rows are 16-bit, N is within a pack of the end of its entry in cluster's aligned table (the shifted row
 //     crosses it: 2^k - 1; cluster_detour), and there are at least kOddRowsManyRows rows.
-// Measured on the H200 (scripts/interleave.py, register_cached against cluster at 1, 8, 32, 132, 528, 2048 and
-// 16384 rows; results/h200/experiments/odd_rows_rule_m_sweep.txt): on the entry below N's, register_cached was
-// ahead at every M (bfloat16 4097 and 8193 by 10-35%, float32 2049 and 4097 by 0-10%). Against one more CTA per
-// row (16383) it was ahead in bfloat16 (0-11%) but 15-20% behind in float32 at 1 to 32 rows, level at 132 and
-// ahead from 528 (3-5%). Where cluster keeps N's entry, mixed (12289: bfloat16 cluster ahead from 528 rows by
-// 1-9%, float32 register_cached ahead there and behind below): the table's choice stands. Against the streaming
-// path, bfloat16 4096x8191 72.7 us against 42.0 (results/h200/experiments/ab_peeled_rows_*.txt).
-// Since then shifted rows have cluster tables of their own, measured at those crossing lengths too (cluster.cu,
-// kShiftedPlan32/16): at 4096 rows (results/h200/experiments/shifted_plan/) register_cached stays ahead at the
-// crossing lengths bfloat16 8191 (94.4% of a copy against 74.5) and 16383 (90.5 against 82.2), where cluster's
-// packed shifted rows trail aligned ones, and float32 4095 (96.9 against 94.6), but not at float32 16383 (88.1
-// against 96.5). Timed again in interleaved rounds (scripts/interleave.py, results/h200/experiments/shifted_plan/
-// crossing_f32_4169847.txt; register_cached / cluster time): float32 16383 1.04-1.11 at 132, 528, 4096 and 16384
-// rows (cluster ahead), 4095 0.94-1.00 (register_cached ahead: 6% at 132 rows, 0.4-1% from 4096; 2.6% at 4096
-// in a later call, auto_f32_e6ba9e2.txt, where cuda.auto at 4096x16383 ran as cluster: 134.1 us against 147.7 on
-// register_cached). So the case is 16-bit only: float32 crossing lengths keep the table's choice.
 // Short ragged rows, the tiles rule: where the table (or the default rule) names register_cached, tiled_rows takes
 // contiguous ragged rows (x and y rows N apart, N not a multiple of a pack or x off a 16-byte boundary) that are
 //   - float32 rows of at most 64 elements, at least 131072 of them, or
 //   - 16-bit rows of at most 32 elements, at least 32768 of them, or of 33 to 64 elements, at least 131072
-// (kTilesRule). register_cached peels such rows one by one, mostly edges held element by element; tiled_rows moves
-// a tile of consecutive rows as whole 16-byte packs. Measured on the H200 after tiled_rows' constant slots (python -m
-// lab.test, both variants at 13 lengths from 7 to 127 and 32768, 131072 and 524288 rows,
-// results/h200/experiments/tiled_rows/grid_constant_slots.txt; % of the copy, tiled_rows against register_cached):
-// bfloat16 N = 7 to 33 ahead at every row count (N = 31: 87 against 76 at 32768 rows, 92 against 51 at 524288), 41 to
-// 53 ahead from 131072 rows (N = 50: 88 against 74) but 4-6 behind at 32768, 63 level at 131072 and 2 ahead at
-// 524288, 71 and 95 behind or level; float32 N = 7 to 31 ahead from 131072 rows (N = 15: 95 against 69 at 524288) but
-// behind at 32768 (N = 31: 88 against 92), 33 to 63 ahead at every row count (N = 50: 95 against 90 at 32768), 71
-// and longer level or behind. bfloat16 N = 33 at 32768 rows (77 against 73) is left to the table, and so are float32
-// rows of 33 to 64 elements at 32768 rows: a later call had float32 32768x50 the other way round (78 against 83,
-// results/h200/experiments/tiled_rows/lab_auto_rule.txt; tensors of 6.5 MB, a few microseconds a call). float16
-// takes bfloat16's rule (the same kernels; not measured on its own).
+// (kTilesRule). float16 takes bfloat16's rule (the same kernels).
+// HBM sweeps: those of the chosen variant.
+// Launch: the chosen variant's launcher, on the caller's stream; the lookup is host work on every call.
+// Why:
+// - Odd-rows rule: on the entry below N's register_cached was ahead at every M measured (bfloat16 4097 and 8193 by
+//   10-35%); cluster's streaming path reads twice (bfloat16 4096x8191: 72.7 us against 42.0); at crossing lengths
+//   register_cached stays ahead in 16 bits (bfloat16 8191: 94.4% of a copy against 74.5) but not in float32.
+// - Tiles rule: register_cached peels such rows one by one, mostly edges held element by element; tiled_rows moves
+//   a tile of consecutive rows as whole 16-byte packs (bfloat16 N = 31: 92% of a copy against 51 at 524288 rows).
+//   Fewer rows are left to the table: there tiled_rows was behind or level.
 // Limits: those of the chosen variant.
 #include <algorithm>
 #include <cstdint>
@@ -144,8 +127,7 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table, const std:
     const std::lock_guard<std::mutex> lock(table_mutex);
     const auto found = tables.find(gpu);
     // A reference to the table itself: a conditional between it and a temporary would copy it into a
-    // temporary that dies with the loop, leaving group_last dangling (it did: on the H200 this returned
-    // cluster for float32 2097152x32, whose entry says register_cached).
+    // temporary that dies with the loop, leaving group_last dangling.
     static const std::vector<Entry> kNoTable;
     const std::vector<Entry>& table = found == tables.end() ? kNoTable : found->second;
     const Entry* group_last = nullptr;
@@ -165,8 +147,8 @@ int choose(int64_t rows, int64_t cols, DType dtype, bool* from_table, const std:
 }
 
 // The rows from which register_cached takes ragged rows whose shifted row crosses the end of N's entry in cluster's
-// aligned table (the header): float32 16383 was level at 132 rows, 15-20% behind at 32 and fewer (against cluster
-// with one more CTA per row, the plan those rows had then).
+// aligned table (the header): it needs rows enough to fill the GPU (float32 16383 against cluster on one more CTA
+// per row: level at 132 rows, 15-20% behind at 32 and fewer).
 constexpr int64_t kOddRowsManyRows = 128;
 
 // The odd-rows rule (see the header): where chosen `v` is cluster and the rows are ragged, the reason register_cached
