@@ -5,7 +5,7 @@ times over in a new order each time, and prints the target's median after each n
 address of the output block the target's calls got (the caching allocator's state is one thing a
 neighbour leaves behind: its freed temporaries).
 
-    python scripts/neighbours.py --target lab.auto --shape 4096x4096 --dtype bfloat16 [--repeat 3]
+    python notebook/studies/neighbours.py --target lab.auto --shape 4096x4096 --dtype bfloat16 [--repeat 3]
 
 Each variant is checked against the float64 reference before it is timed (scripts/interleave.py's
 checked_calls); the neighbours are every other softmax variant of the registry that runs here (or those
@@ -15,7 +15,7 @@ a tenth of them unflushed: the lab's rounds as they were before lab.bench.l2_res
 those calls too). By default the target's stretch follows its neighbour's at once. Between the two:
 --empty-cache releases the caching allocator's unused blocks (torch.cuda.empty_cache); --reset N runs
 lab.bench.l2_reset with N copies (the lab uses 20); --settle-ms has the target run its own flushed calls
-for that long, untimed. The evidence these produced is in results/h200/experiments/l2_state_1ed3e15/.
+for that long, untimed. The evidence these produced is in notebook/l2-reset-before-timing/.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from interleave import checked_calls, variants_here  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402

@@ -1,4 +1,4 @@
-"""scripts/primer.py: its flush stand-in and its refusals (the timings are the GPU's)."""
+"""notebook/studies/primer.py: its flush stand-in and its refusals (the timings are the GPU's)."""
 
 import importlib.util
 import sys
@@ -9,7 +9,7 @@ import torch
 from lab import resources
 
 sys.path.insert(0, str(resources.ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("primer", resources.ROOT / "scripts" / "primer.py")
+spec = importlib.util.spec_from_file_location("primer", resources.ROOT / "notebook" / "studies" / "primer.py")
 primer = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(primer)
 

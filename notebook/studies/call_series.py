@@ -1,10 +1,10 @@
 """Stretches of calls, one after another: how a call's time moves within a stretch and from one stretch
 to the next, beside the GPU's clocks and power. The lab times a point's variants in short stretches
 (lab.bench.time_rounds); on the H200 a stretch's median depended on the stretch before it, through what
-that stretch left in the L2 (scripts/neighbours.py, results/h200/experiments/l2_state_1ed3e15/), which
+that stretch left in the L2 (notebook/studies/neighbours.py, notebook/l2-reset-before-timing/), which
 lab.bench.l2_reset now removes before every stretch.
 
-    python scripts/call_series.py --sequence cuda.auto,torch.compile,cuda.auto,copy,l2-reset,cuda.auto \\
+    python notebook/studies/call_series.py --sequence cuda.auto,torch.compile,cuda.auto,copy,l2-reset,cuda.auto \\
         --shape 4096x4096 --dtype bfloat16 [--calls 2000]
 
 Each stretch is --calls calls of one variant (or of 'copy', a copy of the same bytes). Between two
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from interleave import checked_calls, kernels_of, softmax_variants  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402

@@ -3,7 +3,7 @@ launch (the first rows all read before anything is written, the last ones draini
 climbs with M; a tail of resident clusters (rows not a multiple of the clusters resident at once) would
 show as a sawtooth.
 
-    python scripts/cluster_rows.py [--n 262144] [--dtype bfloat16] [--m 128,144,...] [--config 20:16 ...]
+    python notebook/studies/cluster_rows.py [--n 262144] [--dtype bfloat16] [--m 128,144,...] [--config 20:16 ...]
 
 At each M: the launch table's choice at the first M (cluster_plan: its shape and cluster size) on one
 cluster per row and on a persistent grid (the plan's own grid is marked *), both with the plan's first-wave

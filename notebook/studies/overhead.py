@@ -8,7 +8,7 @@ prints microseconds per call for lab.softmax, torch.ops.lab.softmax (cuda.auto),
 routes the shape to (from its dispatch table), and torch.softmax. Where the kernel is shorter than the host
 work, the number is the host work; where it is longer, the number is the kernel's time.
 
-    python scripts/overhead.py [--shape 4096x128] [--dtype bfloat16] [--calls 2000] [--json FILE]
+    python notebook/studies/overhead.py [--shape 4096x128] [--dtype bfloat16] [--calls 2000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import lab  # noqa: E402
 from lab import dispatch, env, inputs, registry  # noqa: E402

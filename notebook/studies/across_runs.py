@@ -8,7 +8,7 @@ the measurement's. This script sets several runs' results.json side by side, as 
 commit it was made at) and a verdict:
 "behind in every run", "ahead or level in every run" or "both". Nothing is measured here.
 
-    python scripts/across_runs.py RUN [RUN ...] [--against outside|all] [--markdown FILE]
+    python notebook/studies/across_runs.py RUN [RUN ...] [--against outside|all] [--markdown FILE]
 
 A RUN is a results.json file, or REV:PATH for the file as a git revision holds it (e.g.
 f88150f:results/h200/results.json, the run made at 5fc2a79). The rivals are
@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from targets import points  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(side_by_side(runs, args.against), labels, args.against)
     print(text, end="")
     if args.markdown:
-        args.markdown.write_text(f"# auto across runs\n\n`python scripts/across_runs.py {' '.join(args.runs)}"
+        args.markdown.write_text(f"# auto across runs\n\n`python notebook/studies/across_runs.py {' '.join(args.runs)}"
                                  f"{' --against all' if args.against == 'all' else ''}`\n\n" + text)
     return 0
 

@@ -1,4 +1,4 @@
-"""scripts/cluster_rows.py: cuda.cluster's share of a copy against the row count (GPU only; here its line
+"""notebook/studies/cluster_rows.py: cuda.cluster's share of a copy against the row count (GPU only; here its line
 fit, its arguments and its refusals)."""
 
 import importlib.util
@@ -8,7 +8,7 @@ import torch
 
 from lab import resources
 
-spec = importlib.util.spec_from_file_location("cluster_rows", resources.ROOT / "scripts" / "cluster_rows.py")
+spec = importlib.util.spec_from_file_location("cluster_rows", resources.ROOT / "notebook" / "studies" / "cluster_rows.py")
 cluster_rows = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cluster_rows)
 

@@ -1,4 +1,4 @@
-"""scripts/across_runs.py: auto's gaps across several runs' results.json (no GPU)."""
+"""notebook/studies/across_runs.py: auto's gaps across several runs' results.json (no GPU)."""
 
 import importlib.util
 import json
@@ -10,7 +10,7 @@ import pytest
 from lab import resources
 
 sys.path.insert(0, str(resources.ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("across_runs", resources.ROOT / "scripts" / "across_runs.py")
+spec = importlib.util.spec_from_file_location("across_runs", resources.ROOT / "notebook" / "studies" / "across_runs.py")
 across = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(across)
 

@@ -1,4 +1,4 @@
-"""scripts/output_address.py: a kernel's time with its output at other addresses (GPU only; here the outputs'
+"""notebook/studies/output_address.py: a kernel's time with its output at other addresses (GPU only; here the outputs'
 layout, which runs on CPU tensors, the refusals, and on a GPU one short run whose outputs are compared with
 each variant's output allocated apart)."""
 
@@ -12,7 +12,7 @@ from lab import resources
 from lab.registry import variants
 
 sys.path.insert(0, str(resources.ROOT / "scripts"))  # output_address imports interleave from beside it
-spec = importlib.util.spec_from_file_location("output_address", resources.ROOT / "scripts" / "output_address.py")
+spec = importlib.util.spec_from_file_location("output_address", resources.ROOT / "notebook" / "studies" / "output_address.py")
 output_address = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(output_address)
 

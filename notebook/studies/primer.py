@@ -14,7 +14,7 @@ before the start event, so that its run is not timed but the configuration it le
 call meets. A kernel timed behind a primer of its own kind starts in its own configuration; behind another
 kind's, in that one.
 
-    python scripts/primer.py --variants cuda.register_cached,torch.compile --primers cuda.register_cached \\
+    python notebook/studies/primer.py --variants cuda.register_cached,torch.compile --primers cuda.register_cached \\
         --shape 4096x1024 --dtype float32 [--primer-rows 8] [--rounds 5] [--reps 100]
 
 The primer's host time comes on top of the call's before the start event: where the two outlast the flush's GPU
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from interleave import checked_calls, timed_round, variants_here  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402

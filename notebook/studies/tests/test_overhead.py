@@ -1,4 +1,4 @@
-"""scripts/overhead.py: host time per call of the fast entries (GPU only; here its refusal and arguments)."""
+"""notebook/studies/overhead.py: host time per call of the fast entries (GPU only; here its refusal and arguments)."""
 
 import importlib.util
 
@@ -7,7 +7,7 @@ import torch
 
 from lab import resources
 
-spec = importlib.util.spec_from_file_location("overhead", resources.ROOT / "scripts" / "overhead.py")
+spec = importlib.util.spec_from_file_location("overhead", resources.ROOT / "notebook" / "studies" / "overhead.py")
 overhead = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(overhead)
 

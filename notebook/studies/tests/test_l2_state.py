@@ -1,4 +1,4 @@
-"""scripts/neighbours.py, call_series.py and event_vs_kernel.py: how a timed call depends on the stretch
+"""notebook/studies/neighbours.py, call_series.py and event_vs_kernel.py: how a timed call depends on the stretch
 before it (the evidence behind bench.l2_reset), and what it holds besides its kernel. GPU only; here
 their arguments and refusals, and on a GPU one small run of each."""
 
@@ -12,7 +12,7 @@ from lab.registry import variants
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, resources.ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, resources.ROOT / "notebook" / "studies" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

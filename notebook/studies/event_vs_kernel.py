@@ -2,7 +2,7 @@
 flushed before it and reset before the stretch, as lab.bench times) beside the GPU time of the kernels it
 launched, from the PyTorch profiler (CUPTI) over the same calls.
 
-    python scripts/event_vs_kernel.py --variants cuda.auto,peer.quack --shape 4096x1024 --dtype float32
+    python notebook/studies/event_vs_kernel.py --variants cuda.auto,peer.quack --shape 4096x1024 --dtype float32
 
 Each variant is checked against the float64 reference first (scripts/interleave.py's checked_calls). Then,
 per variant in turn and --rounds times over, bench.l2_reset, a few flushed calls, and --calls flushed
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from interleave import checked_calls, variants_here  # noqa: E402
 
 from lab import bench, inputs  # noqa: E402

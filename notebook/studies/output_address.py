@@ -4,7 +4,7 @@ With no arguments: torch.ops.lab.softmax (cuda.auto) timed in interleaved rounds
 and 20 rounds) writing into three separate preallocated outputs (out_A twice, out_B, out_C), into an output
 it allocates per call (alloc), and through lab.softmax, at five shapes; each time with its ratio to out_A's.
 
-    python scripts/output_address.py
+    python notebook/studies/output_address.py
 
 With --variants: each named variant, checked against the float64 reference first, timed in the same
 interleaved rounds writing into an output allocated per call (alloc, as the lab times it: the block the
@@ -16,7 +16,7 @@ variant's alloc, and the variant's spread (slowest / fastest output); every outp
 bit for bit, with the variant's output of x allocated apart (each kernel reduces a row in a fixed order, so
 an output at any address must be the same).
 
-    python scripts/output_address.py --variants cuda.cluster,triton.fused --shape 4096x32768 \\
+    python notebook/studies/output_address.py --variants cuda.cluster,triton.fused --shape 4096x32768 \\
         --dtype float32 --offsets-kb 4,64,1024 [--rounds 5]
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # interleave.py, targets.py
 from interleave import checked_calls, variants_here  # noqa: E402
 
 import lab  # noqa: E402
