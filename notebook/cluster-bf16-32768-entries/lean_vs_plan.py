@@ -8,7 +8,7 @@ and fills a quarter of the shape or more; NO_LEAN=1 leaves the lean shapes out. 
 build of the branch wip/cluster-lean (call1-3); on main's build, which has none, the script times the table, QuACK
 and the EXTRA shapes (call4).
 
-    PYTHONPATH=$PWD python results/h200/experiments/cluster_lean/lean_vs_plan.py bfloat16 4096x32768 1024x65536 ...
+    PYTHONPATH=$PWD python notebook/cluster-bf16-32768-entries/lean_vs_plan.py bfloat16 4096x32768 1024x65536 ...
 """
 
 import os

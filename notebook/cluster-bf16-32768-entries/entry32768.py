@@ -2,7 +2,7 @@
 packed on 1 CTA, one cluster per row: torch.ops.lab_tune.cluster(x, 26, 1, False)), QuACK where installed, and a
 copy of the same bytes, in the same interleaved rounds, each checked against float64 first.
 
-    PYTHONPATH=$PWD python results/h200/experiments/cluster_32768_entry/entry32768.py 4096x32768 1024x28672 ...
+    PYTHONPATH=$PWD python notebook/cluster-bf16-32768-entries/entry32768.py 4096x32768 1024x28672 ...
 """
 
 import statistics
