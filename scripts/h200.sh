@@ -17,7 +17,7 @@
 #                                 and --start 5000 if it must be), commit the JSONs, then `trust --fuzz-json
 #                                 <committed JSONs> --skip-sanitizers`, then `sanitize`; merge its checks.txt
 #                                 header and tool lines here with `python scripts/trust.py --refuzz --fuzz-json
-#                                 <JSONs> --sanitizer-summary <file>` (results/h200/trust/README.md).
+#                                 <JSONs> --sanitizer-summary <file>` (notebook/trust-on-h200/README.md).
 #   PROFILE="peer.quack 256x262144 bfloat16;cuda.cluster 256x262144 bfloat16" bash scripts/h200.sh profile
 #                                 build, then Nsight Compute on each point (profile.txt; the default PROFILE
 #                                 is below; a peer needs the peers installed)
