@@ -14,8 +14,8 @@ highest share of the copy at N_i, among those within LOWER_END of the best at N_
 none is, and at the first length); neighbouring entries of the same configuration merge. Rows longer than the last
 length stream.
 
-    python scripts/make_shifted_plan.py results/h200/experiments/tune_shifted_bf16.json \\
-        results/h200/experiments/tune_shifted_f32.json
+    python scripts/make_shifted_plan.py notebook/cluster-shifted-rows/tune_shifted_bf16.json \\
+        notebook/cluster-shifted-rows/tune_shifted_f32.json
 
 Prints the C++ entries of each dtype's table, with each length's share of the copy before (cuda.cluster as timed
 in the same run, the table it had then) and with the chosen entry.

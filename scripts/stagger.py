@@ -2,7 +2,7 @@
 
 A launch of one cluster per row starts as many clusters as fit on the GPU at once; they all load in
 the same microsecond, every CTA's slice lands when the whole wave has been read, and nothing is written
-until then (the fixed cost that scripts/cluster_rows.py fits). cluster.cu can start the first wave's
+until then (the fixed cost that notebook/studies/cluster_rows.py fits). cluster.cu can start the first wave's
 clusters in G groups T ns apart (cluster r of the first wave waits (r mod G) x T). This script times,
 at each point, the launch table's shape and cluster size (or each --config SHAPE:CLUSTER, indices into
 cuda.cluster's resident shapes, one cluster per row; SHAPE:CLUSTER:p on a persistent grid, all of whose

@@ -8,7 +8,7 @@ import re
 
 from lab.env import ROOT
 
-EVIDENCE = ROOT / "results" / "h200" / "experiments" / "shifted_plan"
+EVIDENCE = ROOT / "notebook" / "cluster-shifted-rows"
 
 
 def _generator():
