@@ -377,7 +377,7 @@ def copy_ceiling(moved: int, device: torch.device | str, warmup_ms: float = WARM
                  cudagraph: bool = False, flush_mb: int = FLUSH_MB) -> Timing:
     """Time a device-to-device copy that moves `moved` bytes (reads moved / 2, writes moved / 2) in one
     stretch, once per size, timing and process: the tuning scripts' scale. The lab itself times its copy
-    in each point's rounds, beside the variants (lab.test.time_point)."""
+    in each point's rounds, beside the variants (lab.measure.time_point)."""
     nbytes = max(1, moved // 2)
     device = torch.device(device)
     key = (nbytes, str(device), warmup_ms, rep_ms, cudagraph, flush_mb)

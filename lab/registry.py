@@ -81,7 +81,7 @@ class Variant:
     prepare: Callable[[list], None] | None = None
     """Called by the lab's runner with this run's results so far (report.Result records) before the
     variant is checked and timed at a point, the point's other variants among them as checked and timed
-    in a selection pass (lab.test.time_point): cuda.auto builds its dispatch table from them."""
+    in a selection pass (lab.measure.time_point): cuda.auto builds its dispatch table from them."""
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def traffic_for(self, dtype: torch.dtype) -> Traffic:

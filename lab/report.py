@@ -43,7 +43,7 @@ class Result:
     long_flush_ms: float | None = None  # the median behind a longer flush, where host_us came near flush_us
     long_flush_mb: int | None = None  # that flush's size
     host_bound: bool | None = None  # faster behind the longer flush: the GPU waited on the launches (lab.bench)
-    # The selection pass before auto is prepared (lab.test.time_point): the median of this variant's own
+    # The selection pass before auto is prepared (lab.measure.time_point): the median of this variant's own
     # rounds there, and its GB/s, from which the dispatch table is built; None where no pass ran.
     selection_ms: float | None = None
     selection_gbps: float | None = None

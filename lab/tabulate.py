@@ -5,7 +5,7 @@ At every timed point (dtype, N, M) a table names the CUDA variant with the highe
 torch.ops.lab.softmax's) and the fastest of the lab's CUDA and Triton variants (`lab_entries`, lab.softmax's).
 A lab run that times `cuda.auto` builds its table as it goes: before auto is checked and timed at a point,
 the table is rebuilt from the run's results so far, which include every other CUDA variant at that point
-timed in a selection pass (lab.test.time_point), and installed; an entry's GB/s are the selection pass's
+timed in a selection pass (lab.measure.time_point), and installed; an entry's GB/s are the selection pass's
 (`selection_gbps`), not the timings reported beside auto's. The run saves the table it ended with beside
 its results (FILENAME); `scripts/make_dispatch_table.py` writes the product's table (lab/tables/) from a
 run's results.json.
@@ -80,7 +80,7 @@ TRITON_HOST_MS = 0.05
 
 
 def chosen_gbps(r: dict) -> float | None:
-    """The GB/s a table is built from: the selection pass's where one ran (lab.test.time_point: the timings
+    """The GB/s a table is built from: the selection pass's where one ran (lab.measure.time_point: the timings
     that chose auto's route, not the ones reported), else the result's own."""
     return r.get("selection_gbps") or r.get("gbps")
 

@@ -1,9 +1,11 @@
-"""python -m lab.test: check every variant of an operator against float64, then benchmark the ones that pass.
+"""python -m lab.test (or softmax-lab): check every variant of an operator against float64, then benchmark the ones
+that pass. The command line: the arguments, the run (lab/measure.py checks and times each point), the tables,
+the run's folder (lab/run_report.py).
 
 With a GPU: both sweeps (fixed: M*N = 64Mi elements; tutorial: M = 4096) in float32 and bfloat16, results saved
-under results/<gpu>/ (JSON, CSV, markdown report, plots). Without one: the torch variants on the
-CPU and the Triton kernels under TRITON_INTERPRET=1 on small shapes; CUDA variants are listed as
-compiled but needing a GPU.
+under results/<gpu>/<operator>/ (JSON, CSV, markdown report, plots). Without one: the torch variants on the
+CPU and the Triton kernels under TRITON_INTERPRET=1 on small shapes, saved only with --out; CUDA variants are
+listed as compiled but needing a GPU.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import argparse
 import contextlib
 import os
 import sys
-import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -25,7 +25,8 @@ if not HAS_GPU:
     # Before any Triton kernel is defined: the interpreter is chosen when @triton.jit runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from lab import bench, check, dispatch, explain, inputs, operators, report, tabulate  # noqa: E402
+from lab import bench, dispatch, explain, inputs, measure, operators, report, run_report  # noqa: E402
+from lab.console import log, progress_bar, rich_console, set_stream, wrap  # noqa: E402
 from lab.env import clocks_under_load, environment, quiet_third_party, results_root  # noqa: E402
 from lab.operators import Operator  # noqa: E402
 from lab.registry import BACKENDS, Unavailable, Variant, dtype_name, variants  # noqa: E402
@@ -92,8 +93,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "triton.testing.do_bench's); a larger one hides more host time per call")
     p.add_argument("--cudagraph", action="store_true",
                    help="time by replaying a CUDA graph of the calls (no launch overhead; GPU only)")
-    p.add_argument("--out", type=Path, help="where to save results (default results/<gpu name>/ on a GPU; "
-                                            "results/<gpu>/<operator>/ for operators other than softmax)")
+    p.add_argument("--out", type=Path, help="where to save results: DIR/<operator>/ (default results/<gpu>/ on a GPU; "
+                                            "without a GPU a run is saved only with --out)")
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--csv", nargs="?", const="-", metavar="FILE",
                    help="also write the results as CSV to FILE; `--csv` alone (or -) prints the tables as CSV")
@@ -134,57 +135,6 @@ def prepare_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             p.error(f"cannot create the output folder {folder}: {e.strerror}")
 
 
-@dataclass
-class Runnable:
-    variant: Variant
-    failed: dict[str, str] = field(default_factory=dict)  # dtype name -> why the suite failed
-    kernels: dict = field(default_factory=dict)  # per-shape kernels (torch.compile)
-
-    def kernel_for(self, x: torch.Tensor):
-        """The kernel for inputs whose first tensor is x (per-shape variants compile one per shape)."""
-        v = self.variant
-        if not v.per_shape:
-            return v.kernel()
-        key = (tuple(x.shape), x.stride(), x.dtype)
-        if key not in self.kernels:
-            self.kernels.clear()  # one shape at a time: keeps compiled graphs from piling up
-            log(f"    {v.name}: building for {tuple(x.shape)} {dtype_name(x.dtype)} (a compiler runs: seconds)")
-            self.kernels[key] = v.kernel()
-        return self.kernels[key]
-
-
-WIDTH = 120  # the widest line the lab prints, tables aside
-
-
-# On a terminal, with rich installed: tables drawn by rich and a progress bar over the points; the
-# plain text otherwise (logs, pipes, CI), which is what the tests read.
-_PROGRESS: list = []  # the rich Progress while the points run
-_STREAM = [sys.stdout]  # where the lab's report goes: stderr when stdout carries the CSV (`--csv` alone)
-
-
-def rich_console():
-    """rich's Console when the report goes to a terminal and rich is installed, else None."""
-    if not _STREAM[0].isatty():
-        return None
-    try:
-        from rich.console import Console
-    except ImportError:
-        return None
-    return _PROGRESS[0].console if _PROGRESS else Console(file=_STREAM[0], width=max(WIDTH, 200))
-
-
-def log(msg: str = "") -> None:
-    if _PROGRESS:  # above the progress bar, not through it
-        _PROGRESS[0].console.print(msg, markup=False, highlight=False)
-    else:
-        print(msg, flush=True, file=_STREAM[0])
-
-
-def wrap(text: str, indent: int = 4) -> str:
-    """text folded to WIDTH columns, continuation lines indented."""
-    return textwrap.fill(text, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False)
-
-
 def usage_error(message: str) -> NoReturn:
     """A request the lab cannot serve as asked (no variant matches, no such sweep): said as argparse says a bad
     flag, on stderr with exit code 2, as is a selection of which nothing can run here."""
@@ -193,7 +143,7 @@ def usage_error(message: str) -> NoReturn:
 
 
 def select(op: Operator, args: argparse.Namespace,
-           device: torch.device) -> tuple[list[Runnable], list[tuple[Variant, str]]]:
+           device: torch.device) -> tuple[list[measure.Runnable], list[tuple[Variant, str]]]:
     """The selected variants that can run here, and those that cannot, each with its reason."""
     chosen = variants(op.name, patterns=args.variant, backends=args.backend, skip=args.skip)
     if not chosen:
@@ -206,167 +156,13 @@ def select(op: Operator, args: argparse.Namespace,
         reason = v.unavailable_on(device)
         log(wrap(f"  {v.name:<22} " + (v.description if reason is None else f"not run: {reason}"), 26))
         if reason is None:
-            runnable.append(Runnable(v))
+            runnable.append(measure.Runnable(v))
         else:
             absent.append((v, reason))
     return runnable, absent
 
 
-def suite_cases(op: Operator, device: torch.device, dtype: torch.dtype, seed: int):
-    """(label, shape, inputs, row labels) for the correctness suite: edge shapes and special cases."""
-    for shape in op.edge_shapes:
-        if device.type == "cpu" and shape.n > op.cpu_edge_max_n:
-            continue
-        yield op.shape_label(shape), shape, op.make_inputs(shape, dtype, device, seed), None
-    for label, case, row_labels in op.special_cases(dtype, device, seed):
-        yield label, shape_of(case[0]), case, row_labels
-
-
-def shape_of(x: torch.Tensor) -> inputs.Shape:
-    """The Shape of an operator's first input: (M, N, row stride), or (1, N) for a 1-D tensor."""
-    return inputs.Shape.of(x) if x.dim() == 2 else inputs.Shape(1, x.numel())
-
-
-def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device,
-              seed: int) -> None:
-    """Edge shapes and special values for every variant and dtype; a failure bars it from timing."""
-    log("\n" + wrap(f"correctness suite: edge shapes and special values, against {op.name}'s float64 reference"))
-    log(wrap(f"  tolerances: {check.describe_tolerances(op.tolerances_for(device))}"))
-    for dtype in dtypes:
-        cases = [(label, shape, case, rl, op.reference(*case))
-                 for label, shape, case, rl in suite_cases(op, device, dtype, seed)]
-        for r in runnable:
-            v = r.variant
-            worst, count, failures = 0.0, 0, []
-            start = time.perf_counter()
-            for label, shape, case, row_labels, ref in cases:
-                if v.skip_reason(shape, dtype):
-                    continue
-                res = check.check(r.kernel_for(case[0]), case, v.writes_out, ref, row_labels, op)
-                count += 1
-                worst = max(worst, res.worst_ratio)
-                if not res.ok:
-                    failures.append(f"{label}: {res.summary()}")
-            name = dtype_name(dtype)
-            if failures:
-                r.failed[name] = failures[0]
-                log(f"  FAIL {v.name:<20} {name:<9} {len(failures)}/{count} cases; first: {failures[0]}")
-            elif count:
-                log(f"  ok   {v.name:<20} {name:<9} {count} cases, worst {worst:.2g} of tolerance "
-                    f"({time.perf_counter() - start:.1f} s)")
-
-
-def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
-                ref: torch.Tensor, device: torch.device, args: argparse.Namespace):
-    """One variant at one point as far as its check: the Result (skipped, failed or checked) and, where it
-    is to be timed, its kernel (else None)."""
-    v, dtype = r.variant, case[0].dtype
-    res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
-                        op=op.name)
-    if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype):
-        res.reason = reason
-        return res, None
-    try:
-        kernel = r.kernel_for(case[0])
-    except Unavailable as e:
-        res.reason = str(e)
-        return res, None
-    c = check.check(kernel, case, v.writes_out, ref, op=op)
-    res.worst_ratio, res.rel_norm = c.worst_ratio, c.rel_norm
-    if not c.ok:
-        res.status, res.reason = "failed", c.summary()
-        return res, None
-    res.status = "checked"
-    if device.type == "cpu" and v.backend == "triton":
-        res.reason = "interpreted (TRITON_INTERPRET=1): checked, not timed"
-        return res, None
-    return res, None if args.check_only else kernel
-
-
-def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing, shape: inputs.Shape,
-                  dtype: torch.dtype, copy: bench.Timing | None, device: torch.device,
-                  args: argparse.Namespace) -> None:
-    """A checked Result made "ok" with its timing, its GB/s and its shares of the copy and of its model."""
-    res.timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
-    res.host_us, res.flush_us, res.host_bound = t.host_us, t.flush_us, t.host_bound
-    res.long_flush_ms, res.long_flush_mb = t.long_flush_ms, t.long_flush_mb
-    nbytes = op.bytes_moved(shape, dtype)
-    traffic = v.traffic_for(dtype)
-    res.status = "ok"
-    res.median_ms, res.p20_ms, res.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
-    res.gbps = bench.gbps(nbytes, t.median_ms)
-    res.model_reads, res.model_writes = traffic.reads, traffic.writes
-    if copy is not None:
-        res.copy_gbps = bench.gbps(nbytes, copy.median_ms)
-        res.pct_copy = 100 * res.gbps / res.copy_gbps
-        res.modeled_gbps = res.copy_gbps * op.ceiling_fraction(traffic)
-        res.pct_modeled = 100 * res.gbps / res.modeled_gbps
-
-
-EMPTY_SHAPE = "an empty shape (no elements): checked, nothing to time"
-SELECTION_SHARE = 0.25
-"""The selection pass's timed calls, as a share of --rep (time_point)."""
-COPY = "copy"  # the copy ceiling's name among a point's timed calls
-
-
-def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs.Shape,
-               case: tuple[torch.Tensor, ...], ref: torch.Tensor, device: torch.device, args: argparse.Namespace,
-               results: list[report.Result]) -> list[report.Result]:
-    """Every variant at one point, in the runnable order: each checked before it is timed, then all the
-    checked ones and a copy of the same bytes timed together in interleaved rounds (bench.time_rounds),
-    each output allocated per call (bench.timed_call).
-    A variant with a `prepare` (auto: its dispatch table from this run's results) is prepared from a
-    selection pass first: the other variants timed in rounds for SELECTION_SHARE of --rep, their medians
-    kept as selection_ms and selection_gbps (what the table is built from), and only then checked and
-    timed with the others. A variant's route is thus chosen from timings other than the ones reported,
-    so that the variant it routes to is not reported with the luck that won it the choice, and auto is
-    timed in the same rounds as that variant."""
-    dtype = case[0].dtype
-    nbytes, out_shape = op.bytes_moved(shape, dtype), ref.shape
-    checked: dict[str, tuple[report.Result, object]] = {}
-
-    def timed(names) -> dict:
-        if not nbytes:  # an empty shape: checked (an empty result), nothing to time
-            return {}
-        return {n: bench.timed_call(checked[n][1], case, by_name[n].variant.writes_out, out_shape) for n in names
-                if checked[n][1] is not None}
-
-    by_name = {r.variant.name: r for r in runnable}
-    plain = [r for r in runnable if r.variant.prepare is None]
-    prepared = [r for r in runnable if r.variant.prepare is not None]
-    for r in plain:
-        checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
-    if prepared:
-        selection = timed(r.variant.name for r in plain)
-        if selection:
-            for n, t in bench.time_rounds(selection, device, args.warmup, args.rep * SELECTION_SHARE,
-                                          args.cudagraph, args.flush_mb, args.rounds, host_check=False).items():
-                res = checked[n][0]
-                res.selection_ms, res.selection_gbps = t.median_ms, bench.gbps(nbytes, t.median_ms)
-        so_far = [checked[r.variant.name][0] for r in plain]
-        for r in prepared:
-            r.variant.prepare(results + so_far)  # e.g. cuda.auto's table from this run so far
-            checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
-    del ref  # checked: the float64 reference (2x a float32 x, 4x a 16-bit one) is not held through the timing
-    if not nbytes:
-        for res, kernel in checked.values():
-            if kernel is not None:
-                res.reason = EMPTY_SHAPE
-    calls = timed(r.variant.name for r in runnable)
-    if calls:
-        src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
-        dst = torch.empty_like(src)
-        calls[COPY] = lambda: dst.copy_(src)  # the ceiling, in the same rounds
-        warm = [n for n in calls if n != COPY and checked[n][0].selection_ms is not None]  # warmed up moments ago
-        timings = bench.time_rounds(calls, device, args.warmup, args.rep, args.cudagraph, args.flush_mb,
-                                    args.rounds, warm=warm)
-        for n, t in timings.items():
-            if n != COPY:
-                record_timing(op, checked[n][0], by_name[n].variant, t, shape, dtype, timings[COPY], device, args)
-    return [checked[r.variant.name][0] for r in runnable]
-
-
-def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
+def run_sweeps(op: Operator, runnable: list[measure.Runnable], plan: list[tuple[str, inputs.Shape]],
                dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace,
                results: list[report.Result]) -> None:
     """Check, then time, every point; each point's results are appended to `results` as soon as they
@@ -383,26 +179,7 @@ def run_sweeps(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inp
         sweep_points(op, runnable, plan, dtypes, device, args, results, total, advance)
 
 
-@contextlib.contextmanager
-def progress_bar(total: int):
-    """A rich progress bar over the points on a terminal (yields advance(description)); a no-op elsewhere,
-    where each point's line is the progress."""
-    if rich_console() is None:
-        yield lambda description: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True, console=rich_console()) as progress:
-        task = progress.add_task("points", total=total)
-        _PROGRESS.append(progress)
-        try:
-            yield lambda description: progress.update(task, advance=1, description=description)
-        finally:
-            _PROGRESS.clear()
-
-
-def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, inputs.Shape]],
+def sweep_points(op: Operator, runnable: list[measure.Runnable], plan: list[tuple[str, inputs.Shape]],
                  dtypes: list[torch.dtype], device: torch.device, args: argparse.Namespace,
                  results: list[report.Result], total: int, advance) -> None:
     k = 0
@@ -411,7 +188,7 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
             k += 1
             start = time.perf_counter()
             case = op.make_inputs(shape, dtype, device, args.seed)
-            point = time_point(op, runnable, sweep, shape, case, op.reference(*case), device, args, results)
+            point = measure.time_point(op, runnable, sweep, shape, case, op.reference(*case), device, args, results)
             base = next((p for p in point if p.variant == op.baseline and p.median_ms), None)
             for p in point:
                 if base and p.median_ms:
@@ -431,20 +208,6 @@ def sweep_points(op: Operator, runnable: list[Runnable], plan: list[tuple[str, i
                         f"{p.long_flush_ms * 1e3:.1f} behind a {p.long_flush_mb} MB flush")
 
 
-def teaching_summary(op: Operator, results: list[report.Result]) -> list[str]:
-    """Percent of each variant's own modeled ceiling at the three largest N of the operator's first
-    GPU sweep."""
-    lines = []
-    sweep = op.gpu_sweeps[0]
-    largest = sorted({r.n for r in results if r.sweep == sweep})[-3:]
-    big = [r for r in results if r.sweep == sweep and r.n in largest and r.pct_modeled]
-    for key in dict.fromkeys((r.variant, r.dtype) for r in big):
-        pts = [r for r in big if (r.variant, r.dtype) == key]
-        desc = ", ".join(f"N={r.n}: {r.gbps:.0f} GB/s = {r.pct_modeled:.0f}%" for r in pts)
-        lines.append(f"  {key[0]:<20} {key[1]:<9} model {pts[0].model_reads:g}R+{pts[0].model_writes:g}W  {desc}")
-    return lines
-
-
 def out_dir(op: Operator, base: Path | None) -> Path | None:
     """Where an operator's results go: results/<gpu>/<operator>/, or <operator>/ below --out DIR. None: not saved
     (no GPU and no --out)."""
@@ -453,83 +216,6 @@ def out_dir(op: Operator, base: Path | None) -> Path | None:
             return None
         base = results_root() / dispatch.gpu_slug(torch.cuda.get_device_name(0))
     return base / op.name
-
-
-def save(op: Operator, results: list[report.Result], env: dict, out: Path, absent: list[tuple[Variant, str]],
-         kernels: list, device: torch.device, args: argparse.Namespace) -> None:
-    from lab import resources
-
-    out.mkdir(parents=True, exist_ok=True)
-    extra = {
-        "command": args.command,
-        "operator": op.name,
-        "tolerances": check.describe_tolerances(op.tolerances),
-        "unavailable": {v.name: reason for v, reason in absent},
-        "cuda_resources": [k.as_dict() for k in kernels],
-    }
-    report.write_json(results, env, extra, out / "results.json")
-    if any(r.variant == tabulate.AUTO and r.status == "ok" for r in results):
-        source = f"{tabulate.run_name(out / 'results.json')} at commit {env['commit']}"
-        tabulate.save(tabulate.build_table(results, env.get("gpu", "cpu"), source, env.get("compute_capability", "")),
-                      out / tabulate.FILENAME)
-    report.write_csv(results, out / "results.csv")
-    report.write_wide_csv(results, out / "results_wide.csv")
-    timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
-    together = "in the same run" if args.cudagraph and device.type == "cuda" else "in the same rounds"
-    if any(r.status == "ok" for r in results):
-        cells = (f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In parentheses, percent of a copy of "
-                 f"the same bytes (device-to-device on a GPU), timed the same way {together}.")
-    else:
-        cells = "Nothing was timed: each cell is the worst error of a checked point as a share of its tolerance."
-    md = [f"# softmax-lab results: {op.name} on {env.get('gpu', 'CPU')}", "",
-          f"{op.description}. Produced by `{extra['command']}` at commit `{env['commit']}` on {env['date']}.", "",
-          f"{cells} `-`: skipped (see results.json for the reason); FAIL: failed the check, not timed.", "",
-          "## Environment", "",
-          "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
-    for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs, op.shape_label, args.metrics)
-        md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
-    for sweep, files in report.sweep_plots(results, op, out).items():
-        names = {f.name for f in files}
-        if f"{sweep}.png" in names:
-            md += [f"![{sweep} sweep]({sweep}.png)", ""]
-        if f"{sweep}_entries.png" in names:
-            md += ["The fast entries, the peers and PyTorch's one-pass variants alone, in percent of the copy:", "",
-                   f"![{sweep} sweep, fast entries]({sweep}_entries.png)", ""]
-    if bound := [r for r in results if r.host_bound]:
-        md += ["## Host-bound timings", "",
-               "At these points the variant's host time per call (back to back) came near the GPU time of the flush "
-               "before each timed call, and timed again behind a longer flush it ran faster: the GPU "
-               "waited for its launches and the median holds part of that wait. It is the speed a caller gets "
-               "without CUDA graphs on this host, not the kernel's (`--flush-mb`, default "
-               f"{bench.FLUSH_MB}, sets the flush).", "",
-               "| sweep | dtype | shape | variant | median us | host us a call | flush us | behind a longer flush |",
-               "|---|---|---|---|---|---|---|---|",
-               *(f"| {r.sweep} | {r.dtype} | {r.shape_label} | {r.variant} | {r.median_ms * 1e3:.1f} | "
-                 f"{r.host_us:.0f} | {r.flush_us:.0f} | {r.long_flush_ms * 1e3:.1f} us ({r.long_flush_mb} MB) |"
-                 for r in bound), ""]
-    if summary := teaching_summary(op, results):
-        md += [f"## Percent of each variant's modeled ceiling ({op.gpu_sweeps[0]} sweep, largest N)", "",
-               f"Modeled ceiling = copy GB/s x {summary_ratio(op)} / (reads + writes of the variant's traffic model). "
-               "The model counts every read as an HBM read: above 100%, some of the re-reads it counts came from "
-               "the L2 (rows of a few MiB stay there between sweeps).",
-               "", "```", *summary, "```", ""]
-    if kernels:
-        md += [f"## CUDA kernels: resources (nvcc -Xptxas -v, {resources.ARCH})", "",
-               "Per source, over its kernels (every kernel is in results.json, `cuda_resources`):", "",
-               "| source | kernels | registers | most static smem bytes | spill bytes |", "|---|---|---|---|---|"]
-        for source in dict.fromkeys(k.source for k in kernels):
-            ks = [k for k in kernels if k.source == source]
-            regs = sorted(k.registers for k in ks)
-            md.append(f"| `{source}` | {len(ks)} | {regs[0]}-{regs[-1]} | {max(k.shared_bytes for k in ks)} | "
-                      f"{sum(k.spill_store_bytes + k.spill_load_bytes for k in ks)} |")
-        md.append("")
-    (out / "report.md").write_text("\n".join(md))
-    log(f"\nsaved {out}/: results.json, results.csv, results_wide.csv, report.md and plots")
-
-
-def summary_ratio(op: Operator) -> str:
-    return f"{op.min_traffic.reads + op.min_traffic.writes:g}"
 
 
 def plan_for(op: Operator, args: argparse.Namespace) -> list[tuple[str, inputs.Shape]]:
@@ -560,7 +246,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     results: list[report.Result] = []
     interrupted = False
     try:
-        run_suite(op, runnable, dtypes, device, args.seed)
+        measure.run_suite(op, runnable, dtypes, device, args.seed)
         run_sweeps(op, runnable, plan, dtypes, device, args, results)
     except KeyboardInterrupt:
         interrupted = True
@@ -570,9 +256,10 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     if HAS_GPU:
         env.update(clocks_under_load())
     print_tables(op, results, args.metrics)
-    if summary := teaching_summary(op, results):
-        log("\n" + wrap(f"percent of modeled ceiling (copy x {summary_ratio(op)} / (reads + writes); above 100%: the "
-                        f"L2 served re-reads the model counts from HBM), {op.gpu_sweeps[0]} sweep, largest N:"))
+    if summary := run_report.teaching_summary(op, results):
+        ratio = run_report.summary_ratio(op)
+        log("\n" + wrap(f"percent of modeled ceiling (copy x {ratio} / (reads + writes); above 100%: the L2 served "
+                        f"re-reads the model counts from HBM), {op.gpu_sweeps[0]} sweep, largest N:"))
         log("\n".join(summary))
     if bound := [r for r in results if r.host_bound]:
         log("\n" + wrap(f"host-bound: {len(bound)} timings held host time (faster behind a longer flush)"
@@ -600,7 +287,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     if out and results:
         # The kernels' registers and spills belong with a run that ran them; --resources gives them anywhere.
         ran_cuda = device.type == "cuda" and any(r.variant.backend == "cuda" for r in runnable)
-        save(op, results, env, out, absent, resource_report() if ran_cuda else [], device, args)
+        run_report.save(op, results, env, out, absent, resource_report() if ran_cuda else [], device, args)
     elif results and not args.no_save:
         log("not saved: a run without a GPU is saved only where --out DIR names a folder")
     return 130 if interrupted else 1 if failed else 0
@@ -707,7 +394,7 @@ def run_command(argv: list[str] | None) -> int:
     quiet_third_party()
     args = parse_args(argv)
     # `--csv` alone: stdout carries the CSV only (`> results.csv`), the report goes to stderr.
-    _STREAM[0] = sys.stderr if args.csv == "-" else sys.stdout
+    set_stream(sys.stderr if args.csv == "-" else sys.stdout)
     if args.resources:
         log("compiling every CUDA source for sm_90 with nvcc -Xptxas -v (up to a minute)...")
         ks = print_resources()

@@ -109,10 +109,11 @@ def test_cudagraph_needs_a_gpu_and_timing_flags_are_taken():
 # done, whatever the machine's speed (a signal sent from outside on a line of output can arrive after the last point).
 INTERRUPTED_RUN = """
 import os, signal, sys
+import lab.measure as measure
 import lab.test as lab_test
 
 started = []
-time_point = lab_test.time_point
+time_point = measure.time_point
 
 def interrupted_at_k(*args, **kwargs):
     started.append(1)
@@ -120,7 +121,7 @@ def interrupted_at_k(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
     return time_point(*args, **kwargs)
 
-lab_test.time_point = interrupted_at_k
+measure.time_point = interrupted_at_k
 sys.exit(lab_test.main(sys.argv[1:]))
 """
 

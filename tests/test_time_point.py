@@ -1,11 +1,11 @@
-"""lab.test.time_point: a point's variants checked, then timed with the copy in interleaved rounds; a variant
+"""lab.measure.time_point: a point's variants checked, then timed with the copy in interleaved rounds; a variant
 with a `prepare` (auto) prepared from a selection pass of the others, whose timings the dispatch table
 is built from. Runs on the CPU with torch kernels standing in for variants."""
 
 import pytest
 import torch
 
-from lab import bench, inputs, tabulate
+from lab import bench, inputs, measure, tabulate
 from lab import test as lab_test
 from lab.operators.softmax import SOFTMAX
 from lab.registry import Traffic, Variant, variants
@@ -14,8 +14,8 @@ ARGS = lab_test.parse_args(["--no-save", "--rep", "4", "--rounds", "2"])
 SHAPE = inputs.Shape(8, 100)
 
 
-def variant(name: str, fn, prepare=None, writes_out: bool = False) -> lab_test.Runnable:
-    return lab_test.Runnable(Variant(op="softmax", name=name, backend="torch", description=name, build=lambda: fn,
+def variant(name: str, fn, prepare=None, writes_out: bool = False) -> measure.Runnable:
+    return measure.Runnable(Variant(op="softmax", name=name, backend="torch", description=name, build=lambda: fn,
                                      traffic=Traffic(1, 1), runs_on_cpu=True, prepare=prepare,
                                      writes_out=writes_out))
 
@@ -27,7 +27,7 @@ def softmax_into(x, out):
 def run(runnable, args=ARGS, results=None):
     case = SOFTMAX.make_inputs(SHAPE, torch.float32, torch.device("cpu"), 0)
     ref = SOFTMAX.reference(*case)
-    return lab_test.time_point(SOFTMAX, runnable, "cpu", SHAPE, case, ref, torch.device("cpu"), args, results or [])
+    return measure.time_point(SOFTMAX, runnable, "cpu", SHAPE, case, ref, torch.device("cpu"), args, results or [])
 
 
 def test_auto_is_prepared_from_a_selection_pass_then_timed_with_the_others():
