@@ -232,7 +232,7 @@ TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 #undef LAB_IMPL_SOFTMAX_AS
 
 #ifdef LAB_HAS_SOFTMAX
-// Tuning and explaining the cluster variant's launch table (scripts/tune_cluster.py, --explain):
+// Tuning and explaining the cluster variant's launch table (scripts/tune/tune_cluster.py, --explain):
 //   torch.ops.lab_tune.cluster(Tensor x, int shape, int cluster, bool persistent=True,
 //                              int stagger_groups=1, int stagger_ns=0) -> Tensor
 //       the resident path with a given shape index and cluster size (errors when the slice does not

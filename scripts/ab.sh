@@ -11,7 +11,7 @@
 # (ab/ is left untracked and not ignored, so the device tool carries it). COMMAND runs from the
 # repository root after each build, with AB=A or AB=B in its environment; its output goes to stdout
 # with each line prefixed "A " or "B ". Example (bfloat16 cluster shapes from N = 8192 up):
-#   bash scripts/ab.sh ab python scripts/tune_cluster.py --dtype bfloat16 --shapes packed --min-n 8192
+#   bash scripts/ab.sh ab python scripts/tune/tune_cluster.py --dtype bfloat16 --shapes packed --min-n 8192
 # The checkout's files are restored at the end (from a copy taken first, touched so that the next
 # build.sh rebuilds them): a later command in the same call runs on A again once built.
 set -uo pipefail

@@ -8,7 +8,7 @@ The first run is a warm-up (compilation, first-touch); profile a later one (ncu 
 an MB-sized buffer before every call, so that a profiler with its own cache control off
 (ncu --cache-control none, scripts/profile.sh's PROFILE_CACHE=none) sees the L2 a timed call meets.
 `cluster:SHAPE:CLUSTER:p|n` runs one launch configuration of cuda.cluster outside its plan, as
-scripts/tune_cluster.py times them: SHAPE an index of its resident shapes (tune_cluster.py's labels
+scripts/tune/tune_cluster.py times them: SHAPE an index of its resident shapes (tune_cluster.py's labels
 list them), CLUSTER the CTAs per row, p a persistent grid, n one cluster per row. Every run is checked
 against the float64 reference after the runs (a failure exits non-zero: the profile is of a wrong kernel).
 """

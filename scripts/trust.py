@@ -234,7 +234,7 @@ def write_markdown(data: dict, path: Path) -> None:
     if "sanitizers" in data:
         san = data["sanitizers"]
         md += ["## compute-sanitizer over every CUDA variant", "",
-               *([f"Run separately (`bash scripts/h200.sh sanitize`) at commit `{san['commit']}`.", ""]
+               *([f"Run separately (`bash scripts/remote/gpu.sh sanitize`) at commit `{san['commit']}`.", ""]
                  if san.get("separate") else []),
                "| tool | errors | summary |", "|---|---|---|",
                *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
@@ -295,7 +295,7 @@ def main() -> int:
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
                    "OUT/trust.json with the parts given by --fuzz-json (a part run later) and rewrite trust.md")
     p.add_argument("--sanitizer-summary", type=Path, help="with --refuzz: take section 3 from the saved output of "
-                   "a separate `bash scripts/h200.sh sanitize` run (its checks.txt header names the commit)")
+                   "a separate `bash scripts/remote/gpu.sh sanitize` run (its checks.txt header names the commit)")
     args = p.parse_args()
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if unknown := [s for s in args.sections if s not in SECTIONS]:

@@ -203,7 +203,7 @@ def test_extension_imports_and_registers_ops():
 
 @needs_extension
 def test_cluster_shapes_and_plans():
-    """cuda.cluster's resident shapes as the tuning ops list them (scripts/tune_cluster.py reads them):
+    """cuda.cluster's resident shapes as the tuning ops list them (scripts/tune/tune_cluster.py reads them):
     whole 16-byte packs per thread, packed ones (16-bit only) among them with at most 128 KiB of
     staging per CTA, one-row shapes (16-bit only) staging their one row at most, float32's plan never names a
     packed or one-row shape (they are not compiled for float32), and no persistent entry names a one-row shape."""

@@ -1,5 +1,5 @@
 """cuda.cluster's tables for shifted rows (kShiftedPlan32, kShiftedPlan16 in csrc/softmax/cluster.cu) are
-scripts/make_shifted_plan.py's output from the committed measurements, entry for entry: data, not hand-edited.
+scripts/tune/make_shifted_plan.py's output from the committed measurements, entry for entry: data, not hand-edited.
 And the generator's rule on small made-up measurements. CPU only: the source and the JSONs are read as text."""
 
 import importlib.util
@@ -12,7 +12,8 @@ EVIDENCE = ROOT / "notebook" / "cluster-shifted-rows"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_shifted_plan", ROOT / "scripts" / "make_shifted_plan.py")
+    spec = importlib.util.spec_from_file_location("make_shifted_plan",
+                                                  ROOT / "scripts" / "tune" / "make_shifted_plan.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

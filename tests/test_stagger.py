@@ -1,4 +1,4 @@
-"""scripts/stagger.py: the first-wave stagger of cuda.cluster timed over a grid (GPU only; here its
+"""scripts/tune/stagger.py: the first-wave stagger of cuda.cluster timed over a grid (GPU only; here its
 arguments, its refusals and one small point on a GPU)."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import torch
 
 from lab import resources
 
-spec = importlib.util.spec_from_file_location("stagger", resources.ROOT / "scripts" / "stagger.py")
+spec = importlib.util.spec_from_file_location("stagger", resources.ROOT / "scripts" / "tune" / "stagger.py")
 stagger = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(stagger)
 

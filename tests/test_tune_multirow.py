@@ -1,4 +1,4 @@
-"""scripts/tune_multirow.py: its configurations and refusals, and its kernel under the interpreter."""
+"""scripts/tune/tune_multirow.py: its configurations and refusals, and its kernel under the interpreter."""
 
 import importlib.util
 import os
@@ -10,7 +10,7 @@ import torch
 from lab import resources
 
 sys.path.insert(0, str(resources.ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("tune_multirow", resources.ROOT / "scripts" / "tune_multirow.py")
+spec = importlib.util.spec_from_file_location("tune_multirow", resources.ROOT / "scripts" / "tune" / "tune_multirow.py")
 tune_multirow = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tune_multirow)
 

@@ -67,7 +67,7 @@ namespace {
 // 1 rows; medium rows grow the group to a whole block. Elements per thread are whole 16-byte packs (row_shapes_hold).
 // persistent: the grid is the resident blocks, each looping over rows with the next rows' packs
 // loaded ahead; else one block per row group. Every entry is the shape and grid measured fastest at its length on
-// the H200 (scripts/tune_register_cached.py, scripts/tune_cluster.py, A/B calls in interleaved rounds beside QuACK).
+// the H200 (scripts/tune/tune_register_cached.py, scripts/tune/tune_cluster.py, A/B calls in interleaved rounds beside QuACK).
 // Measurements behind these tables: notebook/register-cached-tuning/.
 // A second shape for few rows (threads_per_row 0: none; only beside a non-persistent entry): a group
 // in blocks of kBlockThreads (a warp group in kWarpGroupBlock-thread blocks, or a group that is the block),
@@ -556,7 +556,7 @@ cudaError_t dispatch_row_shape(int64_t cols, F&& f) {
   }
 }
 
-// Launch shapes compiled for scripts/tune_register_cached.py (torch.ops.lab_tune.register_cached_shape),
+// Launch shapes compiled for scripts/tune/tune_register_cached.py (torch.ops.lab_tune.register_cached_shape),
 // each on a grid of one block per row group: a group of threads_per_row threads holds a row of up to
 // threads_per_row x elems_per_thread elements, in blocks of `block` threads (block / threads_per_row
 // rows per block; a group of more than a warp is a whole block): the alternatives, in rows per block and

@@ -1,4 +1,4 @@
-// Launch choices exposed for tuning and explaining (torch.ops.lab_tune.*, scripts/tune_cluster.py):
+// Launch choices exposed for tuning and explaining (torch.ops.lab_tune.*, scripts/tune/tune_cluster.py):
 // the cluster variant's launch table and launchers that take a choice the table would make. The
 // data itself lives once, in the variant's .cu file.
 #pragma once

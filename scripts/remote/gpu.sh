@@ -1,49 +1,49 @@
 #!/usr/bin/env bash
 # Everything the GPU machine does, in modes that each fit one device call (10 minutes):
-#   bash scripts/h200.sh quick    build, the quick sweep, then the checks below
-#   bash scripts/h200.sh lab [ARGS]  build, then the full lab: both sweeps, float32 and bfloat16 (ARGS go to
-#                                 python -m lab.test, e.g. --op vector_add: results in $OUT/h200/vector_add)
-#   bash scripts/h200.sh tests    build, the resource report and the test modules that run kernels on the
+#   bash scripts/remote/gpu.sh quick    build, the quick sweep, then the checks below
+#   bash scripts/remote/gpu.sh lab [ARGS]  build, then the full lab: both sweeps, float32 and bfloat16 (ARGS go to
+#                                 python -m lab.test, e.g. --op vector_add: results in $OUT/results/vector_add)
+#   bash scripts/remote/gpu.sh tests    build, the resource report and the test modules that run kernels on the
 #                                 GPU (the CPU-only ones, the CLI runs and the CUDA compile checks are CI's)
-#   bash scripts/h200.sh sanitize build, compute-sanitizer memcheck, racecheck, synccheck, initcheck
-#   bash scripts/h200.sh checks   tests, then sanitize
-#   bash scripts/h200.sh full     lab, then checks
-#   bash scripts/h200.sh fuzz [ARGS]  build, then the randomized testing alone (python -m lab.fuzz --cases
+#   bash scripts/remote/gpu.sh sanitize build, compute-sanitizer memcheck, racecheck, synccheck, initcheck
+#   bash scripts/remote/gpu.sh checks   tests, then sanitize
+#   bash scripts/remote/gpu.sh full     lab, then checks
+#   bash scripts/remote/gpu.sh fuzz [ARGS]  build, then the randomized testing alone (python -m lab.fuzz --cases
 #                                 10000 --max-elements 4194304 ARGS): $OUT/fuzz.json, fuzz.txt (6 to 9 min
 #                                 on the H200 for every variant; the JSON is rewritten every 500 cases)
-#   bash scripts/h200.sh trust [ARGS]  build, then scripts/trust.py: randomized testing, large tensors, the
-#                                 four sanitizers, citizenship, bad input: $OUT/h200/trust.md, trust.json.
+#   bash scripts/remote/gpu.sh trust [ARGS]  build, then scripts/trust.py: randomized testing, large tensors, the
+#                                 four sanitizers, citizenship, bad input: $OUT/results/trust.md, trust.json.
 #                                 It does not fit one 10-minute call: run `fuzz` (split with --cases 5000
 #                                 and --start 5000 if it must be), commit the JSONs, then `trust --fuzz-json
 #                                 <committed JSONs> --skip-sanitizers`, then `sanitize`; merge its checks.txt
 #                                 header and tool lines here with `python scripts/trust.py --refuzz --fuzz-json
 #                                 <JSONs> --sanitizer-summary <file>` (notebook/trust-on-h200/README.md).
-#   PROFILE="peer.quack 256x262144 bfloat16;cuda.cluster 256x262144 bfloat16" bash scripts/h200.sh profile
+#   PROFILE="peer.quack 256x262144 bfloat16;cuda.cluster 256x262144 bfloat16" bash scripts/remote/gpu.sh profile
 #                                 build, then Nsight Compute on each point (profile.txt; the default PROFILE
 #                                 is below; a peer needs the peers installed)
-#   bash scripts/h200.sh remeasure [RESULTS]  build, then the near ties of a lab run (RESULTS, default
+#   bash scripts/remote/gpu.sh remeasure [RESULTS]  build, then the near ties of a lab run (RESULTS, default
 #                                 results/h200/softmax/results.json: commit a run's results first) timed three times,
 #                                 the command scripts/targets.py --near-ties prints: $OUT/run_{1,2,3}.json
 #                                 and .txt (about 30 s a run; with the peers installed, as the run had them)
-#   bash scripts/h200.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
+#   bash scripts/remote/gpu.sh tune     build, the GPU tests of cuda.cluster, every launch shape of
 #                                 cuda.cluster timed (tune.json, tune.txt), and Nsight Compute
 #                                 profiles of the points named in PROFILE (profile.txt); TUNE_ARGS are
-#                                 passed to scripts/tune_cluster.py (e.g. "--dtype bfloat16 --shapes
+#                                 passed to scripts/tune/tune_cluster.py (e.g. "--dtype bfloat16 --shapes
 #                                 packed": only the packed 16-bit shapes, beside the plan's choice; "--min-n 8192
 #                                 --grid one-per-row": the launches the plans use from N = 8192 up, in half the time)
 # LAB_COMMIT=<hash> records the commit where the checkout's .git is not the code's (see lab/env.py).
 # CARRIED_SO=<file.xz> skips build.sh (about 90 s on a fresh machine): lab/_C.abi3.so built here from the same
 # csrc, `xz -c lab/_C.abi3.so >.labso/cur.so.xz`, carried (the device tool's carry) and unpacked in its place;
 # CARRIED_SO=here: the one an earlier call on the same warm machine unpacked (ignored files stay between calls).
-# Outputs go to $OUT (the device tool's folder) or build/h200: the lab's results folder $OUT/h200,
+# Outputs go to $OUT (the device tool's folder) or build/remote: the lab's results folder $OUT/results,
 # the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
-# tools' full output); $OUT/h200 is packed as h200.tgz (the device tool returns 8 files at most).
-# Unpack and copy them to results/h200.
+# tools' full output); $OUT/results is packed as results.tgz (the device tool returns 8 files at most).
+# Unpack them and copy each folder to results/<gpu>/ (results/<gpu>/<operator>/, results/<gpu>/trust/).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MODE=${1:-quick}
 shift || true
-OUT=${OUT:-build/h200}
+OUT=${OUT:-build/remote}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHON=${PYTHON:-python3} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # scripts/ import lab
 log="$OUT/checks.txt"
@@ -64,7 +64,7 @@ build() {
 
 # The lab itself; its per-point progress lines stay in lab.txt, the tables are printed.
 lab() {
-  $PYTHON -m lab.test "$@" --out "$OUT/h200" 2>&1 | tee "$OUT/lab.txt" | grep -vE "^\[[0-9]+/" | tail -80
+  $PYTHON -m lab.test "$@" --out "$OUT/results" 2>&1 | tee "$OUT/lab.txt" | grep -vE "^\[[0-9]+/" | tail -80
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 }
 
@@ -99,7 +99,7 @@ tune() {
   { rc=0
     echo "== pytest (cuda.cluster)"; $PYTHON -m pytest -q -p no:cacheprovider -x tests/test_gpu.py -k "${TESTS:-cluster or register_cached}" || rc=1
     # shellcheck disable=SC2086
-    echo "== tune_cluster"; $PYTHON scripts/tune_cluster.py ${TUNE_ARGS:-} --json "$OUT/tune.json" || rc=1
+    echo "== tune_cluster"; $PYTHON scripts/tune/tune_cluster.py ${TUNE_ARGS:-} --json "$OUT/tune.json" || rc=1
     exit $rc
   } 2>&1 | tee "$OUT/tune.txt" | grep -vE "^[.sFE]*( *\[ *[0-9]+%\])?$"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -140,11 +140,11 @@ case "$MODE" in
   fuzz) $PYTHON -m lab.fuzz --cases 10000 --max-elements 4194304 --json "$OUT/fuzz.json" "$@" 2>&1 |
           grep --line-buffered -v "^W1" | tee "$OUT/fuzz.txt" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
-  trust) $PYTHON scripts/trust.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
+  trust) $PYTHON scripts/trust.py --out "$OUT/results" "$@" 2>&1 | tee "$OUT/trust.txt" | tail -60
          [ "${PIPESTATUS[0]}" -eq 0 ] || status=1 ;;
-  *) echo "usage: bash scripts/h200.sh quick|lab|tests|sanitize|checks|full|tune|remeasure|profile|fuzz|trust"; exit 2 ;;
+  *) echo "usage: bash scripts/remote/gpu.sh quick|lab|tests|sanitize|checks|full|tune|remeasure|profile|fuzz|trust"; exit 2 ;;
 esac
 # The device tool returns 8 files at most: the results folder travels as one archive.
-[ -d "$OUT/h200" ] && tar czf "$OUT/h200.tgz" -C "$OUT" h200 && rm -rf "$OUT/h200"
+[ -d "$OUT/results" ] && tar czf "$OUT/results.tgz" -C "$OUT" results && rm -rf "$OUT/results"
 echo "== done $(date -u), status $status" | tee -a "$log"
 exit $status

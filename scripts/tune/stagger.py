@@ -11,10 +11,10 @@ in interleaved rounds with the copy of the same bytes, each checked against floa
 them best first as % of the copy, the table's own (G, T) marked. A launch of fewer clusters than fit at
 once (fewer rows than that, one cluster per row) is never staggered: there every (G, T) times the same.
 
-    python scripts/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
+    python scripts/tune/stagger.py [--dtype bfloat16] [--min-n 8192] [--max-n 262144] [--point 256x262144]
         [--groups 1,2,3,4,6,8] [--step-ns 250,500,1000,1500,2000] [--config 20:16 ...] [--rounds 5]
         [--json stagger.json] [--plot stagger.png]
-    python scripts/stagger.py --plot-from stagger.json --plot stagger.png     # no GPU needed
+    python scripts/tune/stagger.py --plot-from stagger.json --plot stagger.png     # no GPU needed
 
 Points: the fixed and tutorial sweeps' rows from --min-n to --max-n, or each --point MxN. --plot draws
 one heatmap per point (groups down, step across): each cell the gain over starting at once, in points
@@ -31,10 +31,12 @@ from pathlib import Path
 
 import torch
 
-from lab import bench, check, inputs
-from lab.backends.cuda_variants import load_extension
-from lab.operators.softmax import SOFTMAX
-from lab.registry import ALL_DTYPES, dtype_name
+# the checkout (lab) and scripts/ (interleave), wherever this runs from
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+from lab import bench, check, inputs  # noqa: E402
+from lab.backends.cuda_variants import load_extension  # noqa: E402
+from lab.operators.softmax import SOFTMAX  # noqa: E402
+from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 
 DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 

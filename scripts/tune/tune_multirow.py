@@ -7,7 +7,7 @@ kernel was 1.6% shorter than register_cached's (one row on 32 threads of 16 elem
 H200 (notebook/shared-memory-config-not-a-cost/). This script asks which of the program's layouts the time follows:
 each ROWSxWARPS configuration runs the same kernel on a grid of cdiv(M, ROWS) programs.
 
-    python scripts/tune_multirow.py --shape 4096x512 --dtype bfloat16 \\
+    python scripts/tune/tune_multirow.py --shape 4096x512 --dtype bfloat16 \\
         [--configs 4x4,4x2,2x2,8x4] [--variants cuda.auto,peer.quack] [--rounds 7] [--reps 200]
 
 Every configuration and variant is checked against the float64 reference first; all are timed in interleaved
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the checkout (lab) and scripts/ (interleave), wherever this runs from
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 from interleave import checked_calls, timed_round, variants_here  # noqa: E402
 
 from lab import bench, check, inputs  # noqa: E402

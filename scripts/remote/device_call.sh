@@ -1,4 +1,4 @@
-# The steps an experiment's device call repeats, as shell functions: `source scripts/device_call.sh` at the top of a
+# The steps a device call repeats, as shell functions: `source scripts/remote/device_call.sh` at the top of a
 # call script run from the repository root on the GPU machine (the device tool's working copy), then call the ones
 # it needs. The peers (QuACK, Liger) come staged in three folders that a call carries one or two at a time, since
 # one call carries at most 64 MiB: .peersA and .peersB (the two parts of the CuTe DSL's compiler library), .peers2
@@ -7,13 +7,11 @@
 # A new checkout has none of these folders: after staging the peers (which writes .peers1/ir.so.xz and
 # .peers2/), split the library in two here with `mkdir -p .peersA .peersB && split -n 2 .peers1/ir.so.xz /tmp/irpart.
 # && mv /tmp/irpart.aa .peersA/ && mv /tmp/irpart.ab .peersB/`, and add /.labso/, /.peersA/, /.peersB/ to
-# .git/info/exclude so that the device tool copies them only when a call carries them.
+# .git/info/exclude (with /.peers1/ and /.peers2/) so that the device tool copies them only when a call carries them.
 
-# Stops the call (exit 3) unless the GPU is an H200, or ANY_GPU=1; writes the card, driver and clocks to
-# $OUT/gpu.txt.
-require_h200() {
+# Writes the card, driver and clocks to $OUT/gpu.txt (results go under results/<gpu>/ for the card that ran).
+record_gpu() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
-  grep -q H200 "$OUT/gpu.txt" || [ "${ANY_GPU:-}" = 1 ] || { echo "not an H200: stopping"; exit 3; }
 }
 
 # Keeps whichever part of the peers' compiler library this call carries in /tmp/peers.
@@ -57,18 +55,18 @@ lab_env() {
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 }
 
-# A call's usual start: the H200 check, the carried peers' parts kept, the build unpacked, the lab on PYTHONPATH.
+# A call's usual start: the card recorded, the carried peers' parts kept, the build unpacked, the lab on PYTHONPATH.
 begin_call() {
-  require_h200
+  record_gpu
   keep_peer_parts
   unpack_build
   lab_env
 }
 
-# The same start for a call that times or profiles the peers: the H200 check, the parts kept, the build unpacked,
+# The same start for a call that times or profiles the peers: the card recorded, the parts kept, the build unpacked,
 # then the peers installed (once per machine) and on PYTHONPATH with the lab.
 begin_peers_call() {
-  require_h200
+  record_gpu
   keep_peer_parts
   unpack_build
   install_peers

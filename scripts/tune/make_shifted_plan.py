@@ -1,5 +1,5 @@
 """cuda.cluster's launch tables for shifted rows (kShiftedPlan32, kShiftedPlan16 in csrc/softmax/cluster.cu), from
-scripts/tune_cluster.py's measurements of rows off 16-byte boundaries.
+scripts/tune/tune_cluster.py's measurements of rows off 16-byte boundaries.
 
 A row whose start is off a 16-byte boundary (a contiguous input of odd N: row r starts r * N elements in) is split
 as a shifted row of up to a pack less one element more (cluster.cu, SHIFTED), on a shape that loads straight into
@@ -14,7 +14,7 @@ highest share of the copy at N_i, among those within LOWER_END of the best at N_
 none is, and at the first length); neighbouring entries of the same configuration merge. Rows longer than the last
 length stream.
 
-    python scripts/make_shifted_plan.py notebook/cluster-shifted-rows/tune_shifted_bf16.json \\
+    python scripts/tune/make_shifted_plan.py notebook/cluster-shifted-rows/tune_shifted_bf16.json \\
         notebook/cluster-shifted-rows/tune_shifted_f32.json
 
 Prints the C++ entries of each dtype's table, with each length's share of the copy before (cuda.cluster as timed

@@ -9,12 +9,12 @@ them (with --dtype bfloat16, the measurement the packed path waits for), --shape
 others. Each configuration is checked against float64 before it is timed (median of
 do_bench, L2 flushed, each configuration in one stretch; the lab itself times a point's variants in
 interleaved rounds). Every configuration starts its first wave of clusters all at once (no stagger;
-scripts/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
+scripts/tune/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
 one the launch table (cluster_plan) picks, cuda.cluster as launched (the table's choice with its
 stagger), the streaming path, and cuda.register_cached and torch.softmax for scale; writes every
 measurement as JSON.
 
-    python scripts/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
+    python scripts/tune/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
         [--shape 4096x50257 ...] [--grid both|persistent|one-per-row] [--json tune.json]
 
 --shape (repeatable) times the shapes given instead of the sweeps'. Where N or the row stride is not a
@@ -30,13 +30,16 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from lab import bench, check, inputs
-from lab.backends.cuda_variants import ClusterShape, cluster_shapes, load_extension
-from lab.operators.softmax import SOFTMAX
-from lab.registry import ALL_DTYPES, dtype_name
+# the checkout (lab) and scripts/ (interleave), wherever this runs from
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+from lab import bench, check, inputs  # noqa: E402
+from lab.backends.cuda_variants import ClusterShape, cluster_shapes, load_extension  # noqa: E402
+from lab.operators.softmax import SOFTMAX  # noqa: E402
+from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 
 CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
 STREAMING = -1  # torch.ops.lab_tune.cluster's shape for the streaming path (kStreamingShape in lab/tune.h)

@@ -13,7 +13,7 @@ interleaved rounds (the order rotated each round; each round the median of --rep
 flushed before every call by a 256 MB write), and the median over rounds is reported: on tensors of a
 few MB one timing of a kernel can differ from the next by several percent.
 
-    python scripts/tune_register_cached.py [--dtype bfloat16] [--sweep tutorial] [--max-n 4096]
+    python scripts/tune/tune_register_cached.py [--dtype bfloat16] [--sweep tutorial] [--max-n 4096]
         [--shape 32768x2048] [--variants lab.auto,peer.quack] [--rounds 5] [--json out.json]
 """
 
@@ -24,14 +24,18 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
-from interleave import checked_calls, interleaved_rounds, kernels_of, softmax_variants
 
-from lab import bench, check, dispatch, inputs
-from lab.backends.cuda_variants import load_extension, register_cached_shapes
-from lab.operators.softmax import SOFTMAX
-from lab.registry import ALL_DTYPES, dtype_name
+# the checkout (lab) and scripts/ (interleave), wherever this runs from
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+from interleave import checked_calls, interleaved_rounds, kernels_of, softmax_variants  # noqa: E402
+
+from lab import bench, check, dispatch, inputs  # noqa: E402
+from lab.backends.cuda_variants import load_extension, register_cached_shapes  # noqa: E402
+from lab.operators.softmax import SOFTMAX  # noqa: E402
+from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 
 DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 COPY = "copy"
