@@ -71,7 +71,7 @@ def _call(rows: torch.Tensor) -> torch.Tensor:
     torch.compile, torch.ops.lab.softmax(rows) and nothing else for Dynamo to trace.
 
     Host time matters here: a short row's kernel runs for a few microseconds, less than the Python
-    around it (scripts/overhead.py). So the route is remembered per (M, N, dtype, device), and where
+    around it (notebook/host-time-per-call/). So the route is remembered per (M, N, dtype, device), and where
     no gradient is to be recorded the op is called below autograd: its autograd kernel, which
     torch.library.register_autograd writes in Python, costs several microseconds a call for nothing."""
     if torch.compiler.is_compiling():

@@ -10,12 +10,11 @@ same way in the same run.
 The variants of one point, and the copy, are timed together in interleaved rounds (`time_rounds`): each
 round times every call in turn with do_bench's loop, in a new order every round (a seeded shuffle), and a
 call's median is taken over all its rounds' samples. A GPU's speed drifts over seconds (clocks,
-temperature, the memory's state), and on a tensor of a few MB one stretch per variant ranked two
-timings of the very same kernel 5% apart (the H200 run at 5d3818b, float32 4096x1024: lab.auto at
-0.947x cuda.register_cached, the kernel of its route); in rounds every call is timed across the same
-stretches of time. Before every stretch of calls (and before time_gpu's timed calls), `l2_reset` runs the
-same work whatever ran before: the flush alone leaves part of an input in the L2 after some stretches and
-not after others, a steady 6-12% on tensors of a few to a few tens of MB (see l2_reset).
+temperature, the memory's state): one stretch per variant once ranked two timings of the very same kernel
+5% apart on a tensor of a few MB; in rounds every call is timed across the same stretches of time. Before
+every stretch of calls (and before time_gpu's timed calls), `l2_reset` runs the same work whatever ran
+before: the flush alone leaves part of an input in the L2 after some stretches and not after others, a
+steady 6-12% on tensors of a few to a few tens of MB. The measurements: notebook/l2-reset-before-timing/.
 """
 
 from __future__ import annotations
@@ -91,17 +90,10 @@ def l2_reset(buf: torch.Tensor, calls: int = RESET_CALLS) -> None:
     buffer the size of the L2 into another, each after writing the flush buffer `buf`.
 
     Why: the flush does not empty the L2 of everything. On the H200 a stretch of one kernel's flushed calls
-    ran at one of two steady levels, set by the stretch before it and kept for as long as the kernel ran
-    (10,000 calls): bfloat16 4096x4096, cuda.auto 19.9 us after a stretch of torch.compile's or
-    triton.looped's calls, 21.2 after a copy's, against 21.0 for a copy of the same bytes; 11.6 against
-    13.2 us at 4096x2048 (scripts/call_series.py, scripts/neighbours.py; results/h200/experiments/
-    l2_state_1ed3e15/). Neither the SM clock (1980 MHz throughout), nor the output's address, nor 40 ms of
-    the kernel's own calls first, nor a flush that copies instead of writing changed it. The faster level,
-    faster than a copy of the same bytes, reads part of its input from the L2: part of it survived the
-    flush (which stretches leave it there, and why, was not measured beyond this). After a few flushed
-    copies of an L2-sized buffer (10 or 50 alike) no neighbour gave the faster level. The same neighbour
-    before the same variant at every point (seeded orders) had made that a bias, not noise: lab.auto
-    behind torch.jit_naive in three of five rounds."""
+    ran at one of two steady levels set by the stretch before it (bfloat16 4096x4096, cuda.auto: 19.9 or
+    21.2 us, against 21.0 for a copy of the same bytes): the faster level read part of its input from the L2.
+    After a few flushed copies of an L2-sized buffer no neighbour gave the faster level
+    (notebook/l2-reset-before-timing/)."""
     dev = torch.cuda.current_device()
     if dev not in _RESET:
         size = torch.cuda.get_device_properties(dev).L2_cache_size
@@ -114,9 +106,9 @@ def l2_reset(buf: torch.Tensor, calls: int = RESET_CALLS) -> None:
 
 
 class CopyFlush:
-    """A flush that reads and writes (scripts/neighbours.py and call_series.py --flush copy): each call
-    (`zero_`, the name timed_calls calls) copies one half of `flush_mb` MB into the other. Tried against
-    the L2 state above, it did not change it; the lab flushes by writing, as do_bench does."""
+    """A flush that reads and writes: each call (`zero_`, the name timed_calls calls) copies one half of
+    `flush_mb` MB into the other. Tried against the L2 state above, it did not change it; the lab flushes by
+    writing, as do_bench does (notebook/studies/: call_series.py --flush copy)."""
 
     def __init__(self, flush_mb: int):
         half = flush_mb * 2**20 // 2
@@ -228,10 +220,9 @@ def timed_call(kernel: Callable[..., object], case: tuple[torch.Tensor, ...], wr
                out_shape: torch.Size) -> Callable[[], object]:
     """The call to time: a kernel that writes into an output it is given (writes_out) gets one allocated
     for each call, from PyTorch's caching allocator, and dropped after it, as the kernels that allocate
-    their own do; so every call's output is the same block, the one the call before freed. On the H200
-    the very same kernel moved by up to 1% with the address of its output (scripts/output_address.py:
-    131.2 against 132.5 us at float32 4096x16384, each output timed in the same rounds), and an output
-    kept per variant would rank the variants by where their outputs happened to lie."""
+    their own do; so every call's output is the same block, the one the call before freed. The very same
+    kernel moved by up to 1% with the address of its output (notebook/output-address/), and an output kept
+    per variant would rank the variants by where their outputs happened to lie."""
     if not writes_out:
         return lambda: kernel(*case)
     x = case[0]
@@ -241,10 +232,9 @@ def timed_call(kernel: Callable[..., object], case: tuple[torch.Tensor, ...], wr
 def round_orders(names: list[str], rounds: int, seed: int = ORDER_SEED) -> list[list[str]]:
     """The order of the calls in each round: shuffled anew every round (random.Random(seed + round), the
     same on every run), so that no call always runs first or after the same neighbour. A call after a
-    slow one, or after one that leaves the GPU cooler or hotter, may run faster or slower for it: the
-    a5e3879 run rotated one fixed order, which keeps every call behind the same neighbour, and there
-    cuda.auto read 1.2% slower than the kernel it runs (bfloat16 2097152x32: 68.1 against 67.3 us,
-    cuda.register_cached behind cuda.online, cuda.auto behind cuda.grid_split). The orders are the same
+    slow one, or after one that leaves the GPU cooler or hotter, may run faster or slower for it: one fixed
+    order, rotated, kept every call behind the same neighbour, and there cuda.auto read 1.2% slower than the
+    kernel it runs (bfloat16 2097152x32: 68.1 against 67.3 us). The orders are the same
     at every point of a run (the same names, the same seeds), so shuffling alone still put a variant
     behind the same neighbours at every point; what the neighbour before leaves in the L2 is removed by
     l2_reset before every stretch, and the shuffle spreads what remains."""

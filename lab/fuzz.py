@@ -10,8 +10,8 @@ larger than N, views whose first element is not 16-byte aligned, and values of o
 kinds: normal, wide uniform, per-row outliers, causal-mask -inf tails, fully -inf rows, +inf, NaN,
 huge magnitudes, all-equal rows, tiny magnitudes. Every variant that can take a case runs it into a
 NaN-poisoned output and is compared with the reference as the lab checks (lab/check.py); every
-tenth float32 case also compares the gradient through the variant with float64's, where the variant
-records one. A mismatch prints the one-line command that reproduces it.
+tenth float32 case also compares the gradient through the variant with float64's (a variant that records
+no gradient fails it). A mismatch prints the one-line command that reproduces it.
 """
 
 from __future__ import annotations

@@ -66,14 +66,13 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
 
 
 # lab.softmax reaches a CUDA variant through torch.ops.lab.softmax and a Triton one through Triton's
-# launcher, which costs more host time per call (scripts/overhead.py on the H200, results/h200/
-# overhead.json: lab.softmax 49 us a call on the triton.fused route at float32 4096x1024, 14-22 on the
-# op's routes), and the benchmark sees host time once the host falls behind the GPU. So a Triton
-# variant takes an entry only if its kernel is faster than the fastest CUDA one by more than the timing's
-# resolution: 1%, or 0.2 us on kernels of a few microseconds; and only if its kernel takes at least
-# TRITON_HOST_MS, the host time of a call on its route: a shorter one leaves lab.softmax, called in a
-# loop, waiting on the host (the run at 98ed8cb timed lab.auto at 1515 GB/s on bfloat16 4096x4096,
-# routed to triton.multirow, whose kernel alone ran at 3178: 22 us a call against 10.6).
+# launcher, which costs more host time per call (on the H200, 49 us a call on the triton.fused route, 14-22
+# on the op's routes: notebook/host-time-per-call/), and the benchmark sees host time once the host falls
+# behind the GPU. So a Triton variant takes an entry only if its kernel is faster than the fastest CUDA one
+# by more than the timing's resolution: 1%, or 0.2 us on kernels of a few microseconds; and only if its
+# kernel takes at least TRITON_HOST_MS, the host time of a call on its route: a shorter one leaves
+# lab.softmax, called in a loop, waiting on the host (bfloat16 4096x4096 routed to triton.multirow ran at
+# 1515 GB/s, its kernel alone at 3178: 22 us a call against 10.6).
 TRITON_MARGIN = 0.01
 TRITON_MARGIN_MS = 0.0002
 TRITON_HOST_MS = 0.05

@@ -1,6 +1,6 @@
 """How far the lab's softmax variants can be trusted, measured on a GPU, written to trust.md and trust.json.
 
-    python scripts/trust.py --out results/h200 [--cases 10000] [--skip-sanitizers]
+    python scripts/trust.py --out results/<gpu>/trust [--cases 10000] [--sections LIST] [--skip-sanitizers]
 
 1. Randomized differential testing (lab.fuzz): --cases seeded cases against float64 for every variant
    that can run, gradients included; mismatches with the command that reproduces each.
@@ -174,11 +174,13 @@ def bad_inputs(v: Variant) -> dict[str, dict]:
 
 
 def large_tensors() -> dict:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests/test_gpu.py",
                            "-k", "64bit"], cwd=ROOT, capture_output=True, text=True)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
+    ids = re.findall(r"test_64bit_indexing\[([^\]]*)\]", proc.stdout)
+    shapes = sorted({m for i in ids for m in re.findall(r"\d+x\d+", i)}, key=lambda s: int(s.split("x")[1]))
     return {"command": "python -m pytest tests/test_gpu.py -k 64bit", "returncode": proc.returncode,
-            "summary": summary, "shapes": "32769 x 65536 and 2097153 x 1024 (just over 2^31 elements)"}
+            "summary": summary, "shapes": f"{', '.join(shapes) or 'none run'} (just over 2^31 elements)"}
 
 
 def sanitizers() -> dict:

@@ -2,8 +2,9 @@
 
 Inputs (y, dy), both M x N: y is the softmax (in the dtype) of lab/inputs.py's irregular rows, so it
 holds real probabilities (a few large, many tiny); dy is irregular. Strided views are padded with
-NaN past N. Special rows: y with exact zeros and a one-hot row (from -inf inputs), a NaN in dy,
-large dy, y of a fully -inf row (NaN). GB/s = 3*M*N*itemsize / time: read y and dy, write dx.
+NaN past N. Special rows: y as the softmax of the forward's special rows (exact zeros where x is -inf,
+NaN rows from a NaN or +inf entry or a fully -inf row), with large dy on the 1e4 row. GB/s =
+3*M*N*itemsize / time: read y and dy, write dx.
 """
 
 from __future__ import annotations
