@@ -159,7 +159,7 @@ _BACKENDS_LOADED: list[bool] = []
 
 def load_backends() -> None:
     """Import every module of lab.backends (each registers its variants on import), once: get() is on
-    lab.softmax's path, where listing the package's folder on every call cost tens of microseconds."""
+    a lookup's path, where listing the package's folder on every call cost tens of microseconds."""
     if _BACKENDS_LOADED:
         return
     from lab import backends

@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.results_json.exists():
         raise SystemExit(f"lab.report: {args.results_json} does not exist")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     written = redraw(args.results_json, args.out)
     print("\n".join(f"wrote {w}" for w in written) or "lab.report: nothing to draw (is matplotlib installed?)")
     return 0

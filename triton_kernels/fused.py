@@ -1,4 +1,4 @@
-"""fused: the seeds' one-row-per-program Triton softmax.
+"""fused: one row per program, the Triton tutorial's softmax.
 
 Algorithm: each program loads one whole row into registers (block = next power of two of N, lanes past N
 masked to -inf), reduces max and sum in float32, and writes the row once.

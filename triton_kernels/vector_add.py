@@ -1,4 +1,4 @@
-"""vector_add: c = a + b, the seeds' first Triton kernel (the Triton tutorial's).
+"""vector_add: c = a + b, the Triton tutorial's first kernel.
 
 Algorithm: each program adds one BLOCK of elements (masked past N).
 HBM sweeps: read a and b once, write c once, 3*N*itemsize bytes.

@@ -60,7 +60,7 @@ BASE = dict(
 COMMON = dict(BASE, traffic=Traffic(1, 1), max_n=FUSED_MAX_N, max_n_reason=FUSED_LIMIT)
 register(Variant(
     name="triton.fused",
-    description="one program per row, whole row in registers (block = next_power_of_2(N)); the seeds' kernel",
+    description="one program per row, the whole row in registers (block = next_power_of_2(N)): Triton's tutorial",
     build=loader(*TRITON_SOFTMAX["triton.fused"]), **COMMON,
 ))
 register(Variant(
@@ -88,7 +88,7 @@ register(Variant(
 # --- vector_add -------------------------------------------------------------------------------------
 register(Variant(
     name="triton.tutorial", op="vector_add",
-    description="one program per 1024-element block, masked tail: the Triton tutorial's (the seeds') kernel",
+    description="one program per 1024-element block, masked tail: the Triton tutorial's kernel",
     build=loader("triton_kernels.vector_add", "vector_add"), traffic=Traffic(2, 1),
     **{k: v for k, v in BASE.items() if k != "op"},
 ))
