@@ -53,6 +53,8 @@ def test_the_readme_is_a_users_page():
     assert not hashes, hashes
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the commands' CPU runs (on a GPU, `python -m lab.test` is the "
+                    "full lab: scripts/remote/gpu.sh lab runs it)")
 @pytest.mark.parametrize("command", [c for c in shown_commands() if c not in ELSEWHERE])
 def test_every_command_shown_runs(command, tmp_path):
     if "--explain" in command:
