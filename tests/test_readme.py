@@ -29,9 +29,9 @@ def shown_commands() -> list[str]:
     return [c for c in dict.fromkeys(commands) if c.split()[0] in ("python", "softmax-lab", "bash", "pip")]
 
 
-# Commands the suite runs elsewhere (the README's two commands are .ci/run itself; the package install is
-# tests/test_package.py's), and the layout sketch's names, which are no commands.
-ELSEWHERE = {"bash build.sh", "python -m pytest", "pip install --no-build-isolation -e ."}
+# Commands the suite runs elsewhere: build.sh and pytest are .ci/run itself, `python -m lab.test` is
+# tests/test_operators.py's run of the softmax operator, the package install tests/test_package.py's.
+ELSEWHERE = {"bash build.sh", "python -m pytest", "python -m lab.test", "pip install --no-build-isolation -e ."}
 
 
 def run(command: str, tmp_path) -> subprocess.CompletedProcess:
