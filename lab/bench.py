@@ -216,17 +216,16 @@ def _with_host_check(fn: Callable[[], object], quantiles: tuple[float, float, fl
     return Timing(med, p20, p80, host, flush_us, long_ms, long_mb)
 
 
-def timed_call(kernel: Callable[..., object], case: tuple[torch.Tensor, ...], writes_out: bool,
-               out_shape: torch.Size) -> Callable[[], object]:
+def timed_call(kernel: Callable[..., object], case: tuple, writes_out: bool,
+               new_out: Callable[[], object]) -> Callable[[], object]:
     """The call to time: a kernel that writes into an output it is given (writes_out) gets one allocated
-    for each call, from PyTorch's caching allocator, and dropped after it, as the kernels that allocate
+    for each call (new_out()), from PyTorch's caching allocator, and dropped after it, as the kernels that allocate
     their own do; so every call's output is the same block, the one the call before freed. The very same
     kernel moved by up to 1% with the address of its output (notebook/output-address/), and an output kept
     per variant would rank the variants by where their outputs happened to lie."""
     if not writes_out:
         return lambda: kernel(*case)
-    x = case[0]
-    return lambda: kernel(*case, torch.empty(out_shape, dtype=x.dtype, device=x.device))
+    return lambda: kernel(*case, new_out())
 
 
 def round_orders(names: list[str], rounds: int, seed: int = ORDER_SEED) -> list[list[str]]:

@@ -42,12 +42,13 @@ class CheckResult:
 def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: list[str] | None = None,
             tolerances: dict[torch.dtype, Tolerance] | None = None, scale: torch.Tensor | None = None) -> CheckResult:
     """Compare a variant's output with the float64 reference (see the module docstring). Tolerances
-    are the operator's (softmax's when not given); scale is |ref| when not given; a 1-D output is one row."""
+    are the operator's (softmax's when not given); scale is |ref| when not given; a scalar or a 1-D output is
+    one row."""
     if tolerances is None:
         from lab.operators import get
 
         tolerances = get("softmax").tolerances
-    if y.dim() == 1 and ref.dim() == 1:
+    while ref.dim() < 2 and y.dim() == ref.dim():  # a scalar or a 1-D output is one row
         y, ref = y.unsqueeze(0), ref.unsqueeze(0)
         scale = None if scale is None else scale.unsqueeze(0)
     if y.shape != ref.shape:
@@ -114,25 +115,57 @@ def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: 
     return CheckResult(False, worst, rel_norm, detail)
 
 
-def run_variant(kernel: Kernel, inputs: torch.Tensor | tuple[torch.Tensor, ...], writes_out: bool,
-                out_shape: torch.Size | None = None) -> torch.Tensor:
-    """Call a kernel as the checker does: kernel(*inputs), or kernel(*inputs, out) into a NaN-poisoned
-    out (of out_shape, the first input's shape by default) when it takes one."""
+Outputs = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+def as_tuple(outputs: Outputs) -> tuple[torch.Tensor, ...]:
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What a variant's outputs are: their shapes and dtypes, and whether there are several (then a tuple)."""
+
+    shapes: tuple[torch.Size, ...]
+    dtypes: tuple[torch.dtype, ...]
+    several: bool
+
+    def empty(self, device: torch.device, fill: float | None = None) -> Outputs:
+        """Output tensors of this spec (NaN-filled with fill=nan): a tensor, or a tuple of several."""
+        outs = tuple(torch.empty(s, dtype=d, device=device) if fill is None else
+                     torch.full(s, fill, dtype=d, device=device) for s, d in zip(self.shapes, self.dtypes, strict=True))
+        return outs if self.several else outs[0]
+
+
+def output_spec(op, ref: Outputs, dtype: torch.dtype) -> OutputSpec:
+    """The outputs of `op` for inputs of `dtype` whose reference is `ref`: shaped like it, of the operator's output
+    dtypes (one output of the input's dtype by default)."""
+    dtypes = op.output_dtypes(dtype) if op is not None and op.output_dtypes is not None else (dtype,)
+    return OutputSpec(tuple(r.shape for r in as_tuple(ref)), dtypes, isinstance(ref, tuple))
+
+
+def run_variant(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, spec: OutputSpec | None = None
+                ) -> Outputs:
+    """Call a kernel as the checker does: kernel(*inputs), or kernel(*inputs, out) into NaN-poisoned outputs of
+    `spec` (by default one shaped like the first input, of its dtype) when it takes them: a tensor, or a tuple of
+    them for an operator of several outputs."""
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     if not writes_out:
         return kernel(*inputs)
     first = inputs[0]
-    out = torch.full(out_shape or first.shape, math.nan, dtype=first.dtype, device=first.device)
+    out = (spec or OutputSpec((first.shape,), (first.dtype,), False)).empty(first.device, math.nan)
     y = kernel(*inputs, out)
-    if y is not out and y.data_ptr() != out.data_ptr():
+    if not isinstance(y, tuple | torch.Tensor) or len(as_tuple(y)) != len(as_tuple(out)) or any(
+            a is not b and a.data_ptr() != b.data_ptr() for a, b in zip(as_tuple(y), as_tuple(out), strict=True)):
         raise RuntimeError("the variant did not return the `out` tensor it was given")
     return out
 
 
-def check(kernel: Kernel, inputs: torch.Tensor | tuple[torch.Tensor, ...], writes_out: bool,
-          ref: torch.Tensor | None = None, row_labels: list[str] | None = None, op=None) -> CheckResult:
-    """Run `kernel` on the inputs and compare with the operator's float64 reference (computed unless
-    given). `op` is a lab.operators.Operator; softmax when not given."""
+def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: Outputs | None = None,
+          row_labels: list[str] | None = None, op=None) -> CheckResult:
+    """Run `kernel` on the inputs and compare with the operator's float64 reference (computed unless given),
+    each output against its own (an operator of several outputs names the failing one). `op` is a
+    lab.operators.Operator; softmax when not given."""
     if op is None:
         from lab.operators import get
 
@@ -140,14 +173,25 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple[torch.Tensor, ...], write
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     if ref is None:
         ref = op.reference(*inputs)
+    spec = output_spec(op, ref, inputs[0].dtype)
     try:
-        y = run_variant(kernel, inputs, writes_out, ref.shape)
+        y = run_variant(kernel, inputs, writes_out, spec)
     except Exception as e:  # a variant that raises fails the check, with its error shown
         return CheckResult(False, math.inf, math.inf, f": raised {type(e).__name__}: {e}".splitlines()[0])
     if inputs[0].is_cuda:
         torch.cuda.synchronize()
-    scale = op.error_scale(*inputs) if op.error_scale is not None else None
-    return compare(y, ref, inputs[0].dtype, row_labels, op.tolerances_for(inputs[0].device), scale)
+    refs, ys = as_tuple(ref), as_tuple(y) if isinstance(y, tuple | torch.Tensor) else (y,)
+    if len(ys) != len(refs):
+        return CheckResult(False, math.inf, math.inf, f": {len(ys)} output(s), expected {len(refs)}")
+    scales = as_tuple(op.error_scale(*inputs)) if op.error_scale is not None else (None,) * len(refs)
+    tolerances = op.tolerances_for(inputs[0].device)
+    results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, tolerances, s_i)
+               for y_i, r_i, d_i, s_i in zip(ys, refs, spec.dtypes, scales, strict=True)]
+    if len(results) == 1:
+        return results[0]
+    failed = [(name, r) for name, r in zip(op.output_names, results, strict=True) if not r.ok]
+    return CheckResult(not failed, max(r.worst_ratio for r in results), max(r.rel_norm for r in results),
+                       "".join(f"; {name}{r.message}" for name, r in failed))
 
 
 def describe_tolerances(tolerances: dict[torch.dtype, Tolerance]) -> str:

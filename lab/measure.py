@@ -145,13 +145,16 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     so that the variant it routes to is not reported with the luck that won it the choice, and auto is
     timed in the same rounds as that variant."""
     dtype = case[0].dtype
-    nbytes, out_shape = op.bytes_moved(shape, dtype), ref.shape
+    nbytes, spec = op.bytes_moved(shape, dtype), check.output_spec(op, ref, dtype)
+
+    def new_out():
+        return spec.empty(case[0].device)
     checked: dict[str, tuple[report.Result, object]] = {}
 
     def timed(names) -> dict:
         if not nbytes:  # an empty shape: checked (an empty result), nothing to time
             return {}
-        return {n: bench.timed_call(checked[n][1], case, by_name[n].variant.writes_out, out_shape) for n in names
+        return {n: bench.timed_call(checked[n][1], case, by_name[n].variant.writes_out, new_out) for n in names
                 if checked[n][1] is not None}
 
     by_name = {r.variant.name: r for r in runnable}

@@ -340,3 +340,59 @@ def test_compare_in_row_blocks_gives_the_verdict_of_one_block(monkeypatch, block
         assert res.worst_ratio == one.worst_ratio
         assert res.rel_norm == pytest.approx(one.rel_norm, rel=1e-12)
     assert "row 7, col 30" in whole[1].message and "2 element(s) NaN or infinite" in whole[2].message
+
+
+# An operator of two outputs, as a loss and its gradient are: a float32 scalar (the mean log-sum-exp of the rows)
+# and a tensor of the input's dtype (the softmax, its gradient), each checked against its own reference.
+def _two_output_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x64 = x.double()
+    return torch.logsumexp(x64, -1).mean(), torch.softmax(x64, -1)
+
+
+def _two_output_operator():
+    from dataclasses import replace
+
+    return replace(SOFTMAX, name="lse_and_softmax", reference=_two_output_reference,
+                   output_dtypes=lambda dtype: (torch.float32, dtype), output_names=("lse", "softmax"))
+
+
+def _right(x, out=None):
+    lse, y = torch.logsumexp(x.float(), -1).mean(), torch.softmax(x, -1)
+    if out is None:
+        return lse, y
+    out[0].copy_(lse)
+    out[1].copy_(y)
+    return out
+
+
+def test_an_operator_of_two_outputs_checks_each_against_its_own_reference():
+    op = _two_output_operator()
+    x = inputs.make_input(Shape(8, 100), torch.bfloat16, "cpu", 1)
+    assert check.check(_right, x, False, op=op).ok
+    assert check.check(_right, x, True, op=op).ok
+    wrong_lse = check.check(lambda t: (_right(t)[0] * 1.01, _right(t)[1]), x, False, op=op)
+    assert not wrong_lse.ok and "; lse: worst" in wrong_lse.message and "softmax" not in wrong_lse.message
+
+    def softmax_unwritten(t, out):
+        out[0].copy_(_right(t)[0])
+        return out
+
+    unwritten = check.check(softmax_unwritten, x, True, op=op)
+    assert not unwritten.ok and "; softmax: worst" in unwritten.message
+    lse_in_bf16 = check.check(lambda t: (_right(t)[0].bfloat16(), _right(t)[1]), x, False, op=op)
+    assert not lse_in_bf16.ok and "output dtype torch.bfloat16, expected torch.float32" in lse_in_bf16.message
+    one_output = check.check(lambda t: _right(t)[1], x, False, op=op)
+    assert not one_output.ok and "1 output(s), expected 2" in one_output.message
+
+
+def test_the_outputs_given_are_poisoned_and_of_the_operators_dtypes():
+    op = _two_output_operator()
+    x = inputs.make_input(Shape(4, 16), torch.float16, "cpu", 2)
+    seen = []
+
+    def record(t, out):
+        seen.append([(o.dtype, tuple(o.shape), bool(o.isnan().all())) for o in out])
+        return _right(t, out)
+
+    check.check(record, x, True, op=op)
+    assert seen == [[(torch.float32, (), True), (torch.float16, (4, 16), True)]]

@@ -52,6 +52,11 @@ class Operator:
     error_scale: Callable[..., torch.Tensor] | None = None
     """error_scale(*inputs): per element, the magnitude its rounding error grows with (float64), where
     that is not |reference| (lab/check.py)."""
+    output_dtypes: Callable[[torch.dtype], tuple[torch.dtype, ...]] | None = None
+    """The dtype of each output for inputs of a dtype, for an operator of several outputs (then the reference,
+    the variants and error_scale return tuples in this order); None: one output of the input's dtype."""
+    output_names: tuple[str, ...] = ("y",)
+    """The outputs' names, in a failed check's message."""
     shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
     x_label: str = "N (row length)"
 

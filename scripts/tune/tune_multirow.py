@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             fn = multirow_at(r, w)
             res = check.check(fn, x, False, ref)
             if res.ok:
-                fns[label] = bench.timed_call(fn, (x,), False, ref.shape)
+                fns[label] = bench.timed_call(fn, (x,), False, lambda: None)
             else:
                 failed[label] = res.summary()
         for n, why in {**skipped, **failed}.items():
