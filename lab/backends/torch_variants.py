@@ -47,15 +47,17 @@ def build_jit():
 _COMPILED = itertools.count()
 
 
+def fresh_compile(fn):
+    """torch.compile of a copy of fn's code, changing nothing of the process's settings. Dynamo keeps its compiled
+    graphs per code object: each copy's graphs are the only ones its guards check (the lab's timings carry no
+    guard checks of other shapes, and no recompile limit is reached), and the copy is dropped with its caller."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_compiled_{next(_COMPILED)}")
+    return torch.compile(types.FunctionType(code, fn.__globals__, code.co_name), dynamic=False, fullgraph=True)
+
+
 def build_compile():
-    """A fresh torch.compile for one shape, changing nothing of the process's settings. Dynamo keeps
-    its compiled graphs per code object: each build compiles a copy of torch_softmax's code of its
-    own, so the graph of this shape is the only one its guards check (the lab's timings carry no guard
-    checks of other shapes, and no recompile limit is reached), and the copy is dropped with the
-    kernel."""
-    code = torch_softmax.__code__.replace(co_name=f"torch_softmax_compiled_{next(_COMPILED)}")
-    fresh = types.FunctionType(code, torch_softmax.__globals__, code.co_name)
-    compiled = torch.compile(fresh, dynamic=False, fullgraph=True)
+    """A fresh torch.compile of torch.softmax for one shape (fresh_compile)."""
+    compiled = fresh_compile(torch_softmax)
 
     def kernel(x: torch.Tensor) -> torch.Tensor:
         # Inductor would compile an integer softmax that eager PyTorch refuses: refuse it as eager does.
@@ -108,4 +110,64 @@ register(Variant(
     name="torch.softmax_backward", op="softmax_backward", backend="torch", runs_on_cpu=True,
     description="torch._softmax_backward_data: PyTorch's softmax backward kernel (the baseline)",
     build=lambda: torch_softmax_backward, traffic=Traffic(2, 1),
+))
+
+# --- cross_entropy -----------------------------------------------------------------------------------
+
+
+def cross_entropy_float32(logits: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
+    """The loss on the logits upcast to float32, as language models call F.cross_entropy (lab/operators/
+    cross_entropy.py's loss_of: weights, label smoothing, z-loss, soft-capping)."""
+    from lab.operators.cross_entropy import loss_of
+
+    return loss_of(logits.float(), target, options)
+
+
+def loss_and_grad(loss_fn, logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+    """loss_fn's loss (float32) and its gradient in the logits' dtype, by autograd (the upcast's backward casts
+    it back), as a training step takes them."""
+    x = logits.detach().requires_grad_()
+    with torch.enable_grad():
+        loss = loss_fn(x, target, options)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+    return loss.detach(), grad
+
+
+def torch_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+    return loss_and_grad(cross_entropy_float32, logits, target, options)
+
+
+def build_compile_cross_entropy():
+    """torch.compile of the float32 loss for one shape, forward and backward (AOTAutograd compiles both), a fresh
+    compile for each set of options (each would otherwise recompile the shape's graph)."""
+    compiled: dict[int, object] = {}
+
+    def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+        if id(options) not in compiled:
+            compiled[id(options)] = (options, fresh_compile(cross_entropy_float32))  # holding options keeps its id
+        return loss_and_grad(compiled[id(options)][1], logits, target, options)
+
+    return kernel
+
+
+def cross_entropy_traffic(dtype: torch.dtype) -> Traffic:
+    """F.cross_entropy on float32 logits, eagerly: the upcast (read the logits, write float32), log_softmax (read,
+    write), and in the backward nll's zeros and scatter (write), log_softmax's backward (read the gradient and the
+    output, write) and the cast back (read float32, write the dtype): float32 passes weigh 4/itemsize."""
+    w = 4 / torch.empty((), dtype=dtype).element_size()
+    if w == 1:  # float32 logits: no copy in, none out
+        return Traffic(3, 3)
+    return Traffic(1 + 4 * w, 4 * w + 1)
+
+
+CROSS_ENTROPY = dict(op="cross_entropy", backend="torch", runs_on_cpu=True)
+register(Variant(
+    name="torch.cross_entropy",
+    description="F.cross_entropy on the logits upcast to float32, forward then backward (the baseline)",
+    build=lambda: torch_cross_entropy, traffic=cross_entropy_traffic, **CROSS_ENTROPY,
+))
+register(Variant(
+    name="torch.compile", description="torch.compile of the same loss, compiled for each shape: Inductor's forward "
+                                      "and backward (2 reads of the logits, 1 write)",
+    build=build_compile_cross_entropy, traffic=Traffic(2, 1), per_shape=True, **CROSS_ENTROPY,
 ))

@@ -1,0 +1,221 @@
+"""cross_entropy: a language model's next-token loss over given logits, and its gradient, as a training step
+computes them.
+
+Inputs (logits, target, options): logits M x V (float32, float16 or bfloat16; rows may be strided, padded with
+NaN past V), target int64 (M), some rows ignore_index, and CrossEntropyOptions. Outputs: the loss (float32: a
+scalar for mean and sum, one per row for none) and dlogits (M x V, the logits' dtype), the gradient of the loss
+(for none, of the rows' sum: what an upstream gradient of ones gives).
+
+The loss of row i, with z = cap * tanh(x / cap) where softcap is set (z = x otherwise): PyTorch's
+F.cross_entropy of z (its class weights, label smoothing and ignore_index), plus z_loss * logsumexp(z)^2; mean
+divides the rows' sum by PyTorch's denominator (the non-ignored rows, or the sum of their targets' class
+weights): a batch whose rows are all ignored has a NaN mean, as in PyTorch. An ignored row adds nothing and its
+gradient is zero, whatever it holds (PyTorch's autograd gives NaN there for a row holding a NaN: the row takes
+no part in the loss, so the lab defines zero). Special values otherwise follow PyTorch: a NaN in a counted row,
+or a row of only -inf, makes its loss NaN; a target whose logit is -inf makes it +inf.
+
+GB/s = 2*M*V*itemsize / time: read the logits once, write dlogits once (the target and the loss are O(M)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lab import inputs
+from lab.inputs import Shape
+from lab.operators import Operator, register_operator
+from lab.registry import Traffic
+from lab.tolerance import Tolerance
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+@dataclass(frozen=True, eq=False)
+class CrossEntropyOptions:
+    ignore_index: int = -100
+    reduction: str = "mean"
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
+    """lambda of the z-loss, lambda * logsumexp(z)^2 added to each counted row's loss (PaLM's auxiliary loss)."""
+    softcap: float | None = None
+    """cap of logit soft-capping, z = cap * tanh(x / cap) (Gemma 2), or None."""
+    weight: torch.Tensor | None = None
+    """A weight per class (V,), as F.cross_entropy's `weight`, or None."""
+
+    def __post_init__(self):
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {self.reduction!r}")
+        if not 0.0 <= self.label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {self.label_smoothing}")
+        if self.z_loss < 0:
+            raise ValueError(f"z_loss must be >= 0, got {self.z_loss}")
+        if self.softcap is not None and not self.softcap > 0:
+            raise ValueError(f"softcap must be > 0 (or None), got {self.softcap}")
+
+    @property
+    def label(self) -> str:
+        """The options that differ from the defaults, e.g. "label_smoothing=0.1, reduction=sum"."""
+        parts = [f"{name}={getattr(self, name)}" for name in ("reduction", "label_smoothing", "z_loss", "softcap")
+                 if getattr(self, name) != getattr(DEFAULT, name)]
+        parts += ["weight"] if self.weight is not None else []
+        parts += [f"ignore_index={self.ignore_index}"] if self.ignore_index != DEFAULT.ignore_index else []
+        return ", ".join(parts) or "defaults"
+
+
+DEFAULT = CrossEntropyOptions()
+
+
+def loss_of(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions) -> torch.Tensor:
+    """The loss in PyTorch ops, in the dtype of `logits` (the reference runs it in float64, torch's variants in the
+    input's dtype): see the module docstring."""
+    z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
+    weight = None if options.weight is None else options.weight.to(z.dtype)
+    rows = F.cross_entropy(z, target, weight=weight, ignore_index=options.ignore_index, reduction="none",
+                           label_smoothing=options.label_smoothing)
+    counted = target != options.ignore_index
+    if options.z_loss:
+        lse = torch.logsumexp(z, dim=-1)
+        rows = rows + torch.where(counted, options.z_loss * lse * lse, 0.0)
+    if options.reduction == "none":
+        return rows
+    total = rows.sum()
+    if options.reduction == "sum":
+        return total
+    denominator = counted.sum() if weight is None else torch.where(counted, weight[target.clamp(0)], 0.0).sum()
+    return total / denominator
+
+
+def reference(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, dlogits) in float64: autograd through loss_of on the float64 logits, ignored rows' gradient zero."""
+    z = logits.double().detach().requires_grad_()
+    with torch.enable_grad():
+        loss = loss_of(z, target, options)
+        (grad,) = torch.autograd.grad(loss.sum(), z)
+    grad = grad.masked_fill((target == options.ignore_index).unsqueeze(-1), 0.0)
+    return loss.detach(), grad
+
+
+def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
+                ) -> tuple[None, torch.Tensor]:
+    """What each gradient element's rounding error grows with: dlogits = c_i * s'(x) * (p * (1 + 2 lambda lse) - t)
+    subtracts the target's share t from the probability p, and at a confident target (p near 1) the difference is
+    far smaller than either term: the scale is the terms' size, c_i * s'(x) * (p * (1 + 2 lambda |lse|) + t). The
+    loss, a float32 scalar or row, is held to its own size."""
+    x = logits.double()
+    z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
+    dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
+    p = torch.softmax(z, dim=-1)
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)
+    counted = target != options.ignore_index
+    onehot = F.one_hot(target.clamp(0), logits.shape[-1]).double() * counted.unsqueeze(-1)
+    t = onehot * (1 - options.label_smoothing) + options.label_smoothing / max(1, logits.shape[-1])
+    w = torch.ones_like(lse.squeeze(-1)) if options.weight is None else options.weight.double()[target.clamp(0)]
+    w = torch.where(counted, w, 0.0)
+    coef = w / w.sum() if options.reduction == "mean" else w
+    terms = p * (1 + 2 * options.z_loss * lse.abs()) + t
+    return None, (coef.unsqueeze(-1) * dcap * terms).nan_to_num(nan=0.0, posinf=0.0)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
+                options: CrossEntropyOptions = DEFAULT) -> tuple[torch.Tensor, torch.Tensor, CrossEntropyOptions]:
+    """Irregular logits (lab/inputs.py's rows: per-row scale and offset, a few large outliers) and targets drawn
+    uniformly from the vocabulary, one row in eight ignored."""
+    logits = inputs.make_input(shape, dtype, device, seed)
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    target = torch.randint(0, max(1, shape.n), (shape.m,), generator=g)
+    target[torch.rand(shape.m, generator=g) < 0.125] = options.ignore_index
+    return logits, target.to(device), options
+
+
+# Special cases: each an option set or a kind of row the kernels must get right.
+SPECIAL_VS = (7, 1000, 4099)
+
+
+def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
+    """Special values (lab/inputs.py's special rows, as logits: -inf entries, a row of -inf, +inf, NaN, 1e4), a
+    peaked batch (one large logit per row, as a trained model gives, on the target or not), targets on -inf logits,
+    every row ignored, and each option (reductions, label smoothing, z-loss, soft-capping, class weights, another
+    ignore_index) alone and together."""
+    g = torch.Generator(device="cpu").manual_seed(seed + 7)
+    for v in SPECIAL_VS:
+        x, labels = inputs.special_input(v, dtype, device, seed)
+        target = torch.randint(0, v, (x.shape[0],), generator=g)
+        target[::4] = DEFAULT.ignore_index  # a random row and its special neighbour, in turn
+        yield f"special rows, V={v}", (x, target.to(device), DEFAULT), labels
+    for v in (64, 4099):
+        logits, target, _ = make_inputs(Shape(16, v), dtype, device, seed)
+        peak = torch.randint(0, v, (16,), generator=g)
+        peak[::2] = target[::2].clamp(0).cpu()  # half the rows confident and right, half confident and wrong
+        peaked = logits.clone()
+        peaked[torch.arange(16, device=logits.device), peak.to(logits.device)] = 30.0
+        yield f"peaked rows, V={v}", (peaked, target, DEFAULT), None
+        masked = logits.clone()
+        masked[:, : v // 3] = -math.inf  # a masked part of the vocabulary
+        on_mask = target.clone()
+        on_mask[1::3] = 0  # a target on a masked logit: its loss is +inf
+        yield f"-inf vocabulary entries, V={v}", (masked, on_mask, DEFAULT), None
+        yield f"every row ignored, V={v}", (logits, torch.full_like(target, DEFAULT.ignore_index), DEFAULT), None
+        weight = torch.rand(v, generator=g).add(0.25).to(device)
+        for options in (CrossEntropyOptions(reduction="sum"), CrossEntropyOptions(reduction="none"),
+                        CrossEntropyOptions(label_smoothing=0.1), CrossEntropyOptions(z_loss=1e-4),
+                        CrossEntropyOptions(softcap=30.0), CrossEntropyOptions(weight=weight),
+                        CrossEntropyOptions(ignore_index=3),
+                        CrossEntropyOptions(reduction="none", label_smoothing=0.1, z_loss=1e-4, softcap=15.0,
+                                            weight=weight)):
+            t = target.masked_fill(target == DEFAULT.ignore_index, options.ignore_index)
+            yield f"{options.label}, V={v}", (logits, t, options), None
+
+
+# The loss is float32 whatever the logits' dtype; dlogits is in the logits' dtype. float32: exp and the float32
+# row sum (grows with sqrt(V), Tolerance.sums_rows). 16-bit dlogits: rounding to the dtype (half an ulp: 2^-11,
+# 2^-9) with a margin, as softmax's.
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(rtol=2e-5, atol_rel=1e-7, norm_tol=1e-5, sums_rows=True),
+    torch.float16: Tolerance(rtol=2e-3, atol_rel=1e-5, norm_tol=1e-3, sums_rows=True),
+    torch.bfloat16: Tolerance(rtol=8e-3, atol_rel=1e-5, norm_tol=4e-3, sums_rows=True),
+}
+# PyTorch's CPU kernels sum a row in order, an error that grows with V.
+CPU_TOLERANCES = {torch.float32: Tolerance(rtol=5e-4, atol_rel=1e-7, norm_tol=2e-4, sums_rows=True)}
+
+# Vocabularies of real models: Llama 2 and Mistral, GPT-2, Llama 3, Qwen 2, Gemma.
+VOCABULARIES = (32000, 50257, 128256, 151936, 256000)
+# Up to 2^30 logits a point: the float64 reference (8 bytes a logit, twice: loss graph and gradient) stays within
+# a GPU's memory beside the logits, their gradient and the check.
+MAX_LOGITS = 2**30
+SWEEPS: dict[str, tuple[Shape, ...]] = {
+    "vocab": tuple(Shape(m, v) for v in VOCABULARIES for m in (1024, 4096, 16384, 32768) if m * v <= MAX_LOGITS),
+    "quick": (Shape(4096, 32000), Shape(4096, 128256)),
+    "cpu": (Shape(64, 1000), Shape(16, 4099), Shape(4, 32000)),
+}
+# M = 0 and 1, V = 1 and 2, odd V, both sides of the Triton kernels' block steps, strided rows.
+EDGE_SHAPES: tuple[Shape, ...] = (
+    Shape(0, 7), Shape(1, 1), Shape(3, 2), Shape(5, 31), Shape(3, 257), Shape(2, 4095), Shape(2, 4096),
+    Shape(2, 4097), Shape(3, 1000, 1040), Shape(2, 8193), Shape(2, 32768), Shape(2, 65537), Shape(1, 131073),
+)
+CPU_EDGE_MAX_N = 8193
+
+CROSS_ENTROPY = register_operator(Operator(
+    name="cross_entropy",
+    description="loss = cross_entropy(logits, target) and dlogits = d loss / d logits (logits: M x V)",
+    make_inputs=make_inputs,
+    special_cases=special_cases,
+    reference=reference,
+    tolerances=TOLERANCES,
+    cpu_tolerances=CPU_TOLERANCES,
+    min_traffic=Traffic(1, 1),
+    bytes_formula="2*M*V*itemsize",
+    baseline="torch.cross_entropy",
+    sweeps=SWEEPS,
+    gpu_sweeps=("vocab",),
+    edge_shapes=EDGE_SHAPES,
+    cpu_edge_max_n=CPU_EDGE_MAX_N,
+    error_scale=error_scale,
+    output_dtypes=lambda dtype: (torch.float32, dtype),
+    output_names=("loss", "dlogits"),
+    x_label="V (vocabulary)",
+))
