@@ -106,3 +106,17 @@ register(Variant(
     description="any N: a loop over 4096-element chunks for sum(dy * y), then a loop writing dx (2 reads each)",
     build=loader("triton_kernels.softmax_backward", "softmax_backward_looped"), traffic=Traffic(4, 1), **BACKWARD,
 ))
+
+# --- cross_entropy ---------------------------------------------------------------------------------
+CROSS_ENTROPY = {k: v for k, v in BASE.items() if k != "op"}
+register(Variant(
+    name="triton.fused", op="cross_entropy",
+    description="one program per row, the whole row in registers: loss and dlogits from one read, one write",
+    build=loader("triton_kernels.cross_entropy", "cross_entropy_fused"), traffic=Traffic(1, 1),
+    max_n=16384, max_n_reason="the whole row must fit in one program's registers", **CROSS_ENTROPY,
+))
+register(Variant(
+    name="triton.looped", op="cross_entropy",
+    description="any V: an online (max, sum) loop over chunks, then a loop writing dlogits (2 reads of the logits)",
+    build=loader("triton_kernels.cross_entropy", "cross_entropy_looped"), traffic=Traffic(2, 1), **CROSS_ENTROPY,
+))

@@ -1,0 +1,199 @@
+"""cross_entropy: a language model's loss over given logits and its gradient, in one kernel, as a training step
+takes them (the gradient is written in the forward; a backward only scales it by the upstream gradient).
+
+Algorithm: one program per row. The row's target is read first: an ignored row writes a zero gradient and a zero
+loss and reads nothing else. Otherwise the logits z (after soft-capping, z = cap * tanh(x / cap), where set) give
+the online (max, sum) state per lane (as triton_kernels/looped.py) and the sum of the class weights, and the
+target's logit z_y (one load); the lanes merge into lse. Then
+
+    loss = w_y (1 - s) (lse - z_y) + s / V sum_j w_j (lse - z_j) + lambda lse^2
+    dz_j = c * cap'(x_j) * [w_y (1 - s) (p_j - [j = y]) + s / V (p_j sum w - w_j) + 2 lambda lse p_j]
+
+with p_j = exp(z_j - lse), s the label smoothing, w the class weights (1 without), lambda the z-loss and c the
+reduction's factor (1 / the mean's denominator, computed from the targets beforehand). fused holds the whole row
+in registers (block = next power of two of V) and writes dz from them; looped streams the row in chunks twice.
+
+HBM sweeps: fused reads the logits once and writes dz once (1R + 1W); looped reads them twice (2R + 1W, the second
+read last chunk first, from L2 where the row still is); the loss, targets and weights are O(M + V).
+Launch: a grid of M programs; looped's chunks and warps are triton_kernels/looped.py's launch_config.
+Limits: fused takes V <= FUSED_MAX_V (the row must fit one program's registers); looped any V. Targets must be in
+[0, V) or ignore_index: the wrapper checks them (one device sync), as a target out of range would read out of
+bounds. 64-bit row offsets; float32 arithmetic whatever the dtype.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from triton_kernels.common import DTYPES, check_device, fast_exp
+from triton_kernels.looped import launch_config
+
+FUSED_MAX_V = 16384  # one row of float32 logits and its exponentials in one program's registers
+
+
+@triton.jit
+def _capped(x, softcap, SOFTCAP: tl.constexpr):
+    """(z, dz/dx): cap * tanh(x / cap) and 1 - tanh^2, or x and 1. tanh as 1 - 2 / (exp(2u) + 1): exact at the
+    ends (+-1 for +-inf, -cap for a -inf logit, as PyTorch's tanh gives)."""
+    if SOFTCAP:
+        t = 1.0 - 2.0 / (fast_exp(2.0 * x / softcap) + 1.0)
+        return softcap * t, 1.0 - t * t
+    else:
+        return x, tl.full(x.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _weights(weight_ptr, offs, inside, HAS_WEIGHT: tl.constexpr):
+    """The class weights of a chunk (1 without weights), 0 past the row."""
+    if HAS_WEIGHT:
+        return tl.load(weight_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+    else:
+        return tl.where(inside, 1.0, 0.0)
+
+
+@triton.jit
+def _online(z, m, d):
+    """One chunk into the per-lane online (max, sum): exp(-|z - m|) is the rescale when z raises the max, else the
+    term; a -inf z adds nothing (and avoids -inf - -inf in a lane still at -inf)."""
+    e = fast_exp(tl.where(z == -float("inf"), -float("inf"), -tl.abs(z - m)))
+    return tl.maximum(m, z), tl.where(z > m, d * e + 1.0, d + e)
+
+
+@triton.jit
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, n_cols,
+                         ignore_index, smoothing, z_loss, softcap, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
+                         HAS_WEIGHT: tl.constexpr, SOFTCAP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
+    x_row, dx_row = x_ptr + row * x_stride, dx_ptr + row * dx_stride
+    cols = tl.arange(0, BLOCK)
+    target = tl.load(target_ptr + row)
+    if target == ignore_index:
+        for start in tl.range(0, n_cols, BLOCK):
+            offs = start + cols
+            tl.store(dx_row + offs, tl.zeros([BLOCK], tl.float32).to(dx_ptr.dtype.element_ty), mask=offs < n_cols)
+        tl.store(loss_ptr + row, 0.0)
+    else:
+        # Pass 1: the online (max, sum) per lane and the sum of the weights, over the row.
+        m = tl.full([BLOCK], -float("inf"), tl.float32)
+        d = tl.zeros([BLOCK], tl.float32)
+        sw = tl.zeros([BLOCK], tl.float32)
+        if WHOLE_ROW:  # one block: the row stays in registers for pass 2
+            inside = cols < n_cols
+            x = tl.load(x_row + cols, mask=inside, other=-float("inf")).to(tl.float32)
+            z_row, dcap_row = _capped(x, softcap, SOFTCAP)
+            z_row = tl.where(inside, z_row, -float("inf"))
+            m, d = _online(z_row, m, d)
+            w_row = _weights(weight_ptr, cols, inside, HAS_WEIGHT)
+            sw = w_row
+        else:
+            for start in tl.range(0, n_cols, BLOCK):
+                offs = start + cols
+                inside = offs < n_cols
+                x = tl.load(x_row + offs, mask=inside, other=-float("inf"), eviction_policy="evict_last"
+                            ).to(tl.float32)
+                z, _ = _capped(x, softcap, SOFTCAP)
+                m, d = _online(tl.where(inside, z, -float("inf")), m, d)
+                sw += _weights(weight_ptr, offs, inside, HAS_WEIGHT)
+        # lse = row_max + log_s, kept apart: the loss takes log_s + (row_max - z_y), the gradient exp((z - row_max)
+        # - log_s), both exact where z is near the max (an lse of 1e4 would lose z's last digits). Lanes still at
+        # -inf add 0 unless the whole row is -inf: then log_s is NaN, as PyTorch's loss is.
+        row_max = tl.max(m, axis=0)
+        log_s = tl.log(tl.sum(d * fast_exp(m - row_max), axis=0))
+        lse = row_max + log_s
+        sum_w = tl.sum(sw, axis=0)
+        x_y = tl.load(x_row + target).to(tl.float32)
+        z_y, _ = _capped(x_y, softcap, SOFTCAP)
+        w_y = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
+        nll_scale = w_y * (1.0 - smoothing)
+        smooth_scale = smoothing / n_cols
+
+        # Pass 2: dz = c * cap'(x) * (p_scale * p - [j = y] * nll_scale - smooth_scale * w), and label smoothing's
+        # sum of w * (row_max - z), whose terms are all >= 0.
+        c = tl.load(scale_ptr)
+        p_scale = nll_scale + smooth_scale * sum_w + 2.0 * z_loss * lse
+        below = tl.zeros([BLOCK], tl.float32)
+        if WHOLE_ROW:
+            inside = cols < n_cols
+            g = p_scale * fast_exp((z_row - row_max) - log_s) - tl.where(cols == target, nll_scale, 0.0)
+            g -= smooth_scale * w_row
+            tl.store(dx_row + cols, (c * dcap_row * g).to(dx_ptr.dtype.element_ty), mask=inside)
+            below = tl.where(w_row != 0.0, w_row * (row_max - z_row), 0.0)
+        else:
+            n_chunks = tl.cdiv(n_cols, BLOCK)
+            for i in tl.range(0, n_chunks):  # the last chunk first: the most recently read, the likeliest in L2
+                offs = (n_chunks - 1 - i) * BLOCK + cols
+                inside = offs < n_cols
+                x = tl.load(x_row + offs, mask=inside, other=-float("inf"), eviction_policy="evict_first"
+                            ).to(tl.float32)
+                z, dcap = _capped(x, softcap, SOFTCAP)
+                w = _weights(weight_ptr, offs, inside, HAS_WEIGHT)
+                g = p_scale * fast_exp((z - row_max) - log_s) - tl.where(offs == target, nll_scale, 0.0)
+                g -= smooth_scale * w
+                tl.store(dx_row + offs, (c * dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
+                below += tl.where(w != 0.0, w * (row_max - z), 0.0)
+        loss = nll_scale * (log_s + (row_max - z_y)) + z_loss * lse * lse
+        if smoothing != 0.0:
+            loss += smooth_scale * (sum_w * log_s + tl.sum(below, axis=0))
+        tl.store(loss_ptr + row, loss)
+
+
+def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
+                          name: str = "triton.looped") -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, dlogits) of the options' cross-entropy (lab/operators/cross_entropy.py's CrossEntropyOptions: any
+    object with ignore_index, reduction, label_smoothing, z_loss, softcap and weight); out: a (loss, dlogits) pair
+    to write into."""
+    check_device(logits, name, "logits")
+    if logits.dim() != 2:
+        raise ValueError(f"{name}: expected logits of 2 dims (rows, vocabulary), got {logits.dim()}")
+    if logits.dtype not in DTYPES:
+        raise TypeError(f"{name}: expected float32, float16 or bfloat16 logits, got {logits.dtype}")
+    rows, vocab = logits.shape
+    if vocab > 1 and logits.stride(1) != 1:
+        raise ValueError(f"{name}: the vocabulary dimension must be contiguous (stride 1), got {logits.stride()}")
+    if target.dtype != torch.int64 or target.shape != (rows,) or target.device != logits.device:
+        raise ValueError(f"{name}: target must be int64 of shape ({rows},) on {logits.device}, got "
+                         f"{target.dtype} of shape {tuple(target.shape)} on {target.device}")
+    weight = options.weight
+    if weight is not None and (weight.shape != (vocab,) or weight.device != logits.device
+                               or not weight.is_floating_point()):
+        raise ValueError(f"{name}: weight must be a floating-point tensor of shape ({vocab},) on {logits.device}")
+    if whole_row and vocab > FUSED_MAX_V:
+        raise ValueError(f"{name}: rows of {vocab} logits exceed the {FUSED_MAX_V} that fit in one program")
+    counted = target != options.ignore_index
+    if rows and bool(((target < 0) | (target >= vocab))[counted].any()):
+        raise ValueError(f"{name}: a target is out of range: targets must be in [0, {vocab}) or ignore_index "
+                         f"({options.ignore_index})")
+    loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if out is None else out[1]
+    if options.reduction == "mean":
+        targets_w = counted.float() if weight is None else torch.where(counted, weight.float()[target.clamp(0)], 0.0)
+        denominator = targets_w.sum()
+        scale = (1.0 / denominator).reshape(1)
+    else:
+        denominator, scale = None, torch.ones(1, dtype=torch.float32, device=logits.device)
+    if logits.numel():
+        block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
+                            if whole_row else launch_config(vocab, logits.element_size()))
+        cross_entropy_kernel[(rows,)](
+            logits, target, weight if weight is not None else logits, scale, loss_rows, dx, logits.stride(0),
+            dx.stride(0), vocab, options.ignore_index, float(options.label_smoothing), float(options.z_loss),
+            float(options.softcap or 1.0), BLOCK=block, WHOLE_ROW=whole_row, HAS_WEIGHT=weight is not None,
+            SOFTCAP=options.softcap is not None, num_warps=num_warps)
+    elif rows:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
+        loss_rows.masked_fill_(counted, float("nan")).masked_fill_(~counted, 0.0)
+    if options.reduction == "none":
+        loss = loss_rows
+    else:
+        loss = loss_rows.sum() if denominator is None else loss_rows.sum() / denominator
+    if out is None:
+        return loss, dx
+    out[0].copy_(loss)
+    return out
+
+
+def cross_entropy_fused(logits: torch.Tensor, target: torch.Tensor, options, out=None):
+    return cross_entropy_fwd_bwd(logits, target, options, out, whole_row=True, name="triton.fused")
+
+
+def cross_entropy_looped(logits: torch.Tensor, target: torch.Tensor, options, out=None):
+    return cross_entropy_fwd_bwd(logits, target, options, out, whole_row=False, name="triton.looped")
