@@ -396,3 +396,28 @@ def test_the_outputs_given_are_poisoned_and_of_the_operators_dtypes():
 
     check.check(record, x, True, op=op)
     assert seen == [[(torch.float32, (), True), (torch.float16, (4, 16), True)]]
+
+
+def test_framework_bound_takes_twice_pytorchs_error():
+    ref = torch.linspace(-1, 1, 101, dtype=torch.float64)
+    tol = check.Tolerance(rtol=1e-2, atol_rel=1e-6, norm_tol=1e-2)
+    framework = ref + 1e-4 * torch.sin(ref * 7)
+    error = (framework - ref).abs().max()
+    at = int((framework - ref).abs().argmax())
+    for factor, ok in ((1.5, True), (2.5, False)):
+        y = ref.clone()
+        y[at] += factor * error
+        assert check.framework_bound(y, framework, ref, tol).ok is ok, factor
+
+
+def test_a_low_precision_result_is_held_to_pytorchs_own_error():
+    """In 16-bit dtypes a result within the tolerance still fails past twice PyTorch's own error (here PyTorch's
+    stand-in is exact, so the bound is the floor); in float32 the float64 tolerance alone decides."""
+    from dataclasses import replace
+
+    op = replace(_two_output_operator(), framework_result=lambda t: tuple(r.to(d) for r, d in zip(
+        _two_output_reference(t), (torch.float64, torch.float64), strict=True)))
+    x = inputs.make_input(Shape(8, 100), torch.bfloat16, "cpu", 5)
+    res = check.check(_right, x, False, op=op)
+    assert not res.ok and "more than 2x PyTorch's own" in res.message, res.summary()
+    assert check.check(_right, x.float(), False, op=op).ok

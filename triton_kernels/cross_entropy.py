@@ -94,11 +94,13 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
                 z, _ = _capped(x, softcap, SOFTCAP)
                 m, d = _online(tl.where(inside, z, -float("inf")), m, d)
                 sw += _weights(weight_ptr, offs, inside, HAS_WEIGHT)
-        # lse = row_max + log_s, kept apart: the loss takes log_s + (row_max - z_y), the gradient exp((z - row_max)
-        # - log_s), both exact where z is near the max (an lse of 1e4 would lose z's last digits). Lanes still at
-        # -inf add 0 unless the whole row is -inf: then log_s is NaN, as PyTorch's loss is.
+        # lse = row_max + log(s), kept apart: the loss takes log(s) + (row_max - z_y) and p = exp(z - row_max) / s,
+        # exact where z is near the max (an lse of 1e4 would lose z's last digits), and p without log(s)'s rounding
+        # (u * |log s| absolute, several ulps of p). Lanes still at -inf add 0 unless the whole row is -inf: then
+        # s is 0 and the loss NaN, as PyTorch's is.
         row_max = tl.max(m, axis=0)
-        log_s = tl.log(tl.sum(d * fast_exp(m - row_max), axis=0))
+        s = tl.sum(d * fast_exp(m - row_max), axis=0)
+        log_s = tl.log(s)
         lse = row_max + log_s
         sum_w = tl.sum(sw, axis=0)
         x_y = tl.load(x_row + target).to(tl.float32)
@@ -107,16 +109,18 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
         nll_scale = w_y * (1.0 - smoothing)
         smooth_scale = smoothing / n_cols
 
-        # Pass 2: dz = c * cap'(x) * (p_scale * p - [j = y] * nll_scale - smooth_scale * w), and label smoothing's
-        # sum of w * (row_max - z), whose terms are all >= 0.
+        # Pass 2: dz = cap'(x) * (e * c p_scale / s - [j = y] * c nll_scale - c smooth_scale * w), e = exp(z - row_max)
+        # (the row's factors folded into three scalars: one rounding each), and label smoothing's sum of
+        # w * (row_max - z), whose terms are all >= 0.
         c = tl.load(scale_ptr)
-        p_scale = nll_scale + smooth_scale * sum_w + 2.0 * z_loss * lse
+        e_scale = c * (nll_scale + smooth_scale * sum_w + 2.0 * z_loss * lse) / s
+        y_scale = c * nll_scale
+        w_scale = c * smooth_scale
         below = tl.zeros([BLOCK], tl.float32)
         if WHOLE_ROW:
             inside = cols < n_cols
-            g = p_scale * fast_exp((z_row - row_max) - log_s) - tl.where(cols == target, nll_scale, 0.0)
-            g -= smooth_scale * w_row
-            tl.store(dx_row + cols, (c * dcap_row * g).to(dx_ptr.dtype.element_ty), mask=inside)
+            g = e_scale * fast_exp(z_row - row_max) - tl.where(cols == target, y_scale, 0.0) - w_scale * w_row
+            tl.store(dx_row + cols, (dcap_row * g).to(dx_ptr.dtype.element_ty), mask=inside)
             below = tl.where(w_row != 0.0, w_row * (row_max - z_row), 0.0)
         else:
             n_chunks = tl.cdiv(n_cols, BLOCK)
@@ -127,9 +131,8 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
                             ).to(tl.float32)
                 z, dcap = _capped(x, softcap, SOFTCAP)
                 w = _weights(weight_ptr, offs, inside, HAS_WEIGHT)
-                g = p_scale * fast_exp((z - row_max) - log_s) - tl.where(offs == target, nll_scale, 0.0)
-                g -= smooth_scale * w
-                tl.store(dx_row + offs, (c * dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
+                g = e_scale * fast_exp(z - row_max) - tl.where(offs == target, y_scale, 0.0) - w_scale * w
+                tl.store(dx_row + offs, (dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
                 below += tl.where(w != 0.0, w * (row_max - z), 0.0)
         loss = nll_scale * (log_s + (row_max - z_y)) + z_loss * lse * lse
         if smoothing != 0.0:

@@ -57,6 +57,10 @@ class Operator:
     the variants and error_scale return tuples in this order); None: one output of the input's dtype."""
     output_names: tuple[str, ...] = ("y",)
     """The outputs' names, in a failed check's message."""
+    framework_result: Callable[..., object] | None = None
+    """framework_result(*inputs): PyTorch's own result in the inputs' dtype; in float16 and bfloat16 a variant must
+    also be within FRAMEWORK_ERROR_FACTOR times its error (lab/check.py): for losses and gradients in low
+    precision, the bar the Cut Cross-Entropy and QuACK test suites use."""
     shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
     x_label: str = "N (row length)"
 

@@ -100,6 +100,17 @@ def reference(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyO
     return loss.detach(), grad
 
 
+def framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's own loss and gradient in the logits' dtype (F.cross_entropy without an upcast, autograd), the
+    bar a variant must stay within twice the error of (lab/check.py, framework_bound)."""
+    x = logits.detach().requires_grad_()
+    with torch.enable_grad():
+        loss = loss_of(x, target, options)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+    return loss.detach(), grad.masked_fill((target == options.ignore_index).unsqueeze(-1), 0.0)
+
+
 def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
                 ) -> tuple[None, torch.Tensor]:
     """What each gradient element's rounding error grows with: dlogits = c_i * s'(x) * (p * (1 + 2 lambda lse) - t)
@@ -216,6 +227,7 @@ CROSS_ENTROPY = register_operator(Operator(
     edge_shapes=EDGE_SHAPES,
     cpu_edge_max_n=CPU_EDGE_MAX_N,
     error_scale=error_scale,
+    framework_result=framework_result,
     output_dtypes=lambda dtype: (torch.float32, dtype),
     output_names=("loss", "dlogits"),
     x_label="V (vocabulary)",
