@@ -27,9 +27,8 @@ import torch.nn.functional as F
 
 from lab import inputs
 from lab.inputs import Shape
-from lab.operators import Operator, register_operator
+from lab.operators import Operator, register_operator, softmax
 from lab.registry import Traffic
-from lab.tolerance import Tolerance
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -183,16 +182,10 @@ def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
             yield f"{options.label}, V={v}", (logits, t, options), None
 
 
-# The loss is float32 whatever the logits' dtype; dlogits is in the logits' dtype. float32: exp and the float32
-# row sum (grows with sqrt(V), Tolerance.sums_rows). 16-bit dlogits: rounding to the dtype (half an ulp: 2^-11,
-# 2^-9) with a margin, as softmax's.
-TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float32: Tolerance(rtol=2e-5, atol_rel=1e-7, norm_tol=1e-5, sums_rows=True),
-    torch.float16: Tolerance(rtol=2e-3, atol_rel=1e-5, norm_tol=1e-3, sums_rows=True),
-    torch.bfloat16: Tolerance(rtol=8e-3, atol_rel=1e-5, norm_tol=4e-3, sums_rows=True),
-}
-# PyTorch's CPU kernels sum a row in order, an error that grows with V.
-CPU_TOLERANCES = {torch.float32: Tolerance(rtol=5e-4, atol_rel=1e-7, norm_tol=2e-4, sums_rows=True)}
+# The loss is float32 whatever the logits' dtype, dlogits in the logits' dtype: probabilities less the target's
+# share, rounded to the dtype and summed in float32 over the row, as softmax's output is: softmax's tolerances (and
+# its CPU ones, for PyTorch's in-order sums).
+TOLERANCES, CPU_TOLERANCES = softmax.TOLERANCES, softmax.CPU_TOLERANCES
 
 # Vocabularies of real models: Llama 2 and Mistral, GPT-2, Llama 3, Qwen 2, Gemma.
 VOCABULARIES = (32000, 50257, 128256, 151936, 256000)
