@@ -163,7 +163,7 @@ def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, o
     if whole_row and vocab > FUSED_MAX_V:
         raise ValueError(f"{name}: rows of {vocab} logits exceed the {FUSED_MAX_V} that fit in one program")
     counted = target != options.ignore_index
-    if rows and bool(((target < 0) | (target >= vocab))[counted].any()):
+    if rows and bool((counted & ((target < 0) | (target >= vocab))).any()):  # one device sync
         raise ValueError(f"{name}: a target is out of range: targets must be in [0, {vocab}) or ignore_index "
                          f"({options.ignore_index})")
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)

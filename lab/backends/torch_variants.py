@@ -123,23 +123,18 @@ def cross_entropy_float32(logits: torch.Tensor, target: torch.Tensor, options) -
     return loss_of(logits.float(), target, options)
 
 
-def loss_and_grad(loss_fn, logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
-    """loss_fn's loss (float32) and its gradient in the logits' dtype, by autograd (the upcast's backward casts
-    it back), as a training step takes them."""
-    x = logits.detach().requires_grad_()
-    with torch.enable_grad():
-        loss = loss_fn(x, target, options)
-        (grad,) = torch.autograd.grad(loss.sum(), x)
-    return loss.detach(), grad
-
-
 def torch_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 loss and its gradient in the logits' dtype (the upcast's backward casts it back)."""
+    from lab.operators.cross_entropy import loss_and_grad
+
     return loss_and_grad(cross_entropy_float32, logits, target, options)
 
 
 def build_compile_cross_entropy():
     """torch.compile of the float32 loss for one shape, forward and backward (AOTAutograd compiles both), a fresh
     compile for each set of options (each would otherwise recompile the shape's graph)."""
+    from lab.operators.cross_entropy import loss_and_grad
+
     compiled: dict[int, object] = {}
 
     def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:

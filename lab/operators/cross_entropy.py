@@ -88,26 +88,35 @@ def loss_of(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOpt
     return total / denominator
 
 
+def loss_and_grad(loss_fn, logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """loss_fn(logits, target, options)'s loss and its gradient with respect to the logits, by autograd, as a
+    training step takes them (for none, the gradient of the rows' sum), in the logits' dtype."""
+    x = logits.detach().requires_grad_()
+    with torch.enable_grad():
+        loss = loss_fn(x, target, options)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+    return loss.detach(), grad
+
+
+def _ignored_rows_zero(result: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor, options: CrossEntropyOptions
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    loss, grad = result
+    return loss, grad.masked_fill((target == options.ignore_index).unsqueeze(-1), 0.0)
+
+
 def reference(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, dlogits) in float64: autograd through loss_of on the float64 logits, ignored rows' gradient zero."""
-    z = logits.double().detach().requires_grad_()
-    with torch.enable_grad():
-        loss = loss_of(z, target, options)
-        (grad,) = torch.autograd.grad(loss.sum(), z)
-    grad = grad.masked_fill((target == options.ignore_index).unsqueeze(-1), 0.0)
-    return loss.detach(), grad
+    return _ignored_rows_zero(loss_and_grad(loss_of, logits.double(), target, options), target, options)
 
 
 def framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's own loss and gradient in the logits' dtype (F.cross_entropy without an upcast, autograd), the
-    bar a variant must stay within twice the error of (lab/check.py, framework_bound)."""
-    x = logits.detach().requires_grad_()
-    with torch.enable_grad():
-        loss = loss_of(x, target, options)
-        (grad,) = torch.autograd.grad(loss.sum(), x)
-    return loss.detach(), grad.masked_fill((target == options.ignore_index).unsqueeze(-1), 0.0)
+    bar a variant must stay within twice the error of (lab/check.py, framework_bound); ignored rows as the
+    reference has them."""
+    return _ignored_rows_zero(loss_and_grad(loss_of, logits, target, options), target, options)
 
 
 def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
