@@ -14,6 +14,7 @@ import math
 import torch
 
 from lab import dispatch
+from lab.ops import TRITON_SOFTMAX, ExtensionUnavailable, load_extension
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -41,8 +42,6 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
                          f"(expected -{rank} to {rank - 1})")
     if x.device.type != "cuda":
         raise ValueError(f"lab.softmax: expected a CUDA tensor, got one on {x.device}")
-    from lab.ops import load_extension
-
     load_extension()
     if x.dim() == 2 and (dim == -1 or dim == 1) and (x.stride(1) == 1 or x.shape[1] <= 1):
         return _call(x)  # rows as they are: the common case, with the least host work
@@ -123,8 +122,6 @@ def _triton_kernel(choice: str):
     import importlib
     import warnings
 
-    from lab.ops import TRITON_SOFTMAX
-
     try:
         module, function = TRITON_SOFTMAX[choice]
         return getattr(importlib.import_module(module), function)
@@ -145,8 +142,6 @@ def _register_extension() -> None:
     this package, and torch, first) gives ops that are ready to use. Without it, nothing to do: the
     CUDA variants are listed with the reason."""
     import contextlib
-
-    from lab.ops import ExtensionUnavailable, load_extension
 
     with contextlib.suppress(ExtensionUnavailable):
         load_extension()
