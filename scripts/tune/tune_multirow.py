@@ -4,7 +4,7 @@ triton.multirow picks ROWS (rows per program) and num_warps from the row's lengt
 (triton_kernels/multirow.py's compute_launch_config). Its layout follows from them: at bfloat16 4096x512 the
 heuristic's 4 rows in 4 warps puts a row on 64 threads of 8 elements and two rows on every thread, and that
 kernel was 1.6% shorter than register_cached's (one row on 32 threads of 16 elements) in timed calls on the
-H200 (notebook/shared-memory-config-not-a-cost/). This script asks which of the program's layouts the time follows:
+H200 (notebook/smem-carveout-not-a-cost/). This script asks which of the program's layouts the time follows:
 each ROWSxWARPS configuration runs the same kernel on a grid of cdiv(M, ROWS) programs.
 
     python scripts/tune/tune_multirow.py --shape 4096x512 --dtype bfloat16 \\
