@@ -267,12 +267,10 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
     skipped = {(r.variant, r.reason) for r in results if r.status == "skipped"}
     if skipped:
         log("\n" + "\n".join(wrap(f"skipped {v}: {why}") for v, why in sorted(skipped)))
-    not_timed: dict[str, list[str]] = {}
+    not_timed: dict[str, dict[str, None]] = {}  # why -> the variants, in order, once each
     for r in results:
         if r.status == "checked" and r.reason:
-            not_timed.setdefault(r.reason, [])
-            if r.variant not in not_timed[r.reason]:
-                not_timed[r.reason].append(r.variant)
+            not_timed.setdefault(r.reason, {})[r.variant] = None
     for why, names in not_timed.items():
         log(wrap(f"not timed {', '.join(names)}: {why}"))
     for v, reason in absent:
