@@ -403,3 +403,14 @@ def test_multirow_config_leaves_m_out_while_compiling(n, itemsize, monkeypatch):
     x = irregular(3, n, torch.float32 if itemsize == 4 else torch.bfloat16)
     assert_softmax(multirow.softmax_multirow(x), x)
     assert seen == [None]
+
+
+@pytest.mark.parametrize(("op", "module", "limit"), [("softmax_backward", "triton_kernels.softmax_backward", "MAX_N"),
+                                                     ("cross_entropy", "triton_kernels.cross_entropy", "FUSED_MAX_V")])
+def test_the_other_operators_fused_limits_match_the_registry(op, module, limit):
+    """The fused kernels of softmax_backward and cross_entropy: the registry's max_n is the module's limit."""
+    import importlib
+
+    from lab.registry import get
+
+    assert get(op, "triton.fused").max_n == getattr(importlib.import_module(module), limit)
