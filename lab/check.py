@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.registry import Kernel, dtype_name
+from lab.registry import Kernel, dtype_name, overwrites_input
 from lab.tolerance import Tolerance
 
 CHUNK_ELEMENTS = 1 << 24  # compare() works through the output in row blocks of at most this many elements
@@ -150,6 +150,8 @@ def run_variant(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, 
     `spec` (by default one shaped like the first input, of its dtype) when it takes them: a tensor, or a tuple of
     them for an operator of several outputs."""
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    if overwrites_input(kernel):  # its own copy: the caller's inputs stay as the reference saw them
+        inputs = (inputs[0].clone(), *inputs[1:])
     if not writes_out:
         return kernel(*inputs)
     first = inputs[0]
@@ -185,12 +187,13 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
         return CheckResult(False, math.inf, math.inf, f": {len(ys)} output(s), expected {len(refs)}")
     scales = as_tuple(op.error_scale(*inputs)) if op.error_scale is not None else (None,) * len(refs)
     tolerances = op.tolerances_for(inputs[0].device)
-    results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, tolerances, s_i)
-               for y_i, r_i, d_i, s_i in zip(ys, refs, spec.dtypes, scales, strict=True)]
+    held_to = op.checked_as(inputs[0].dtype) if op.checked_as is not None else spec.dtypes
+    results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, {d_i: tolerances[h_i]}, s_i)
+               for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):
         framework = as_tuple(op.framework_result(*inputs))
-        bounds = [framework_bound(y_i, f_i, r_i, tolerances[d_i])
-                  for y_i, f_i, r_i, d_i in zip(ys, framework, refs, spec.dtypes, strict=True)]
+        bounds = [framework_bound(y_i, f_i, r_i, tolerances[h_i])
+                  for y_i, f_i, r_i, h_i in zip(ys, framework, refs, held_to, strict=True)]
         # The comparison's norm error stays the result's; its worst share is of whichever bar is nearer.
         results = [CheckResult(b.ok, max(r.worst_ratio, b.worst_ratio), r.rel_norm, b.message)
                    for r, b in zip(results, bounds, strict=True)]

@@ -60,10 +60,13 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
                  for label, shape, case, rl in suite_cases(op, device, dtype, seed)]
         for r in runnable:
             v = r.variant
-            worst, count, failures = 0.0, 0, []
+            worst, count, failures, skipped = 0.0, 0, [], {}
             start = time.perf_counter()
             for label, shape, case, row_labels, ref in cases:
                 if v.skip_reason(shape, dtype):
+                    continue
+                if v.case_reason is not None and (reason := v.case_reason(*case)):
+                    skipped[reason] = skipped.get(reason, 0) + 1
                     continue
                 res = check.check(r.kernel_for(case[0]), case, v.writes_out, ref, row_labels, op)
                 count += 1
@@ -77,6 +80,8 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
             elif count:
                 log(f"  ok   {v.name:<20} {name:<9} {count} cases, worst {worst:.2g} of tolerance "
                     f"({time.perf_counter() - start:.1f} s)")
+            for reason, n in skipped.items():
+                log(f"       {v.name:<20} {name:<9} {n} case(s) skipped: {reason}")
 
 
 def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
@@ -86,7 +91,8 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
                         op=op.name)
-    if reason := (r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype):
+    if reason := ((r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype)
+                  or (v.case_reason is not None and v.case_reason(*case))):
         res.reason = reason
         return res, None
     try:

@@ -31,6 +31,13 @@ ShapeReason = Callable[[Shape, torch.dtype], str | None]
 """shape_reason(shape, dtype) -> why the variant cannot take this shape in this dtype, or None if it can."""
 
 
+def overwrites_input(kernel: Kernel) -> bool:
+    """Whether a kernel writes over its first input (Liger's cross-entropy writes the gradient over the logits): it
+    says so with an attribute `overwrites_input`. The checker gives it a copy of that input for each call; the
+    timing, one copy per point, which its calls overwrite (lab/bench.py, timed_call; lab/check.py, run_variant)."""
+    return getattr(kernel, "overwrites_input", False)
+
+
 class Unavailable(Exception):
     """Raised by a variant's `build` when its prerequisites are missing; the message is the reason."""
 
@@ -67,6 +74,9 @@ class Variant:
     shape_reason: ShapeReason | None = None
     """Per-shape limits beyond the dtype and the row length (alignment, row stride...): a library that
     refuses one edge case is skipped on that shape only, with the reason, instead of on a whole dtype."""
+    case_reason: Callable[..., str | None] | None = None
+    """case_reason(*inputs) -> why the variant cannot take these inputs beyond their shape (a peer without one of
+    cross_entropy's options), or None: the correctness suite skips such a case and counts it as skipped."""
     data_align: int = 1
     """The byte boundary x's data must start on (a library that refuses a view starting mid-vector)."""
     writes_out: bool = False

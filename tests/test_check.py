@@ -421,3 +421,22 @@ def test_a_low_precision_result_is_held_to_pytorchs_own_error():
     res = check.check(_right, x, False, op=op)
     assert not res.ok and "more than 2x PyTorch's own" in res.message, res.summary()
     assert check.check(_right, x.float(), False, op=op).ok
+
+
+def test_a_kernel_that_overwrites_its_input_gets_a_copy_to_overwrite(x):
+    """A kernel that writes over its first input (Liger's cross-entropy) is checked on a copy, so the caller's input
+    is still what the reference saw, and timed on one copy per point, made outside the timed calls."""
+    from lab import bench
+
+    def overwriting(x):
+        y = softmax(x)
+        x.copy_(y)
+        return x
+
+    overwriting.overwrites_input = True
+    before = x.clone()
+    assert check.check(overwriting, x, writes_out=False).ok
+    assert torch.equal(x, before), "the checker's input is left as it was"
+    call = bench.timed_call(overwriting, (x,), False, lambda: None)
+    call()
+    assert torch.equal(x, before), "the timed calls overwrite their own copy"

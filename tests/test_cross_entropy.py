@@ -103,3 +103,154 @@ def test_the_gradient_written_into_out(v):
     case = OP.make_inputs(Shape(5, 100), torch.float16, DEVICE, 4)
     assert v.writes_out
     assert check.check(v.kernel(), case, True, op=OP).ok
+
+
+# --- lab.cross_entropy, the product's entry (CUDA tensors: on the GPU) ---------------------------------------------
+
+
+def torch_loss_and_grad(logits, target, upstream=None, **options):
+    """PyTorch's loss (on float32 logits) and the logits' gradient, in the logits' dtype."""
+    x = logits.detach().requires_grad_()
+    loss = loss_of_options(x.float(), target, **options)
+    loss.backward(upstream if upstream is not None else torch.ones_like(loss))
+    return loss.detach(), x.grad
+
+
+def loss_of_options(x, target, z_loss=0.0, softcap=None, **options):
+    from lab.operators.cross_entropy import loss_of
+
+    return loss_of(x, target, CrossEntropyOptions(z_loss=z_loss, softcap=softcap, **options))
+
+
+def lab_loss_and_grad(logits, target, upstream=None, inplace=False, **options):
+    import lab
+
+    x = logits.detach().clone().requires_grad_()
+    loss = lab.cross_entropy(x if not inplace else x * 1, target, inplace=inplace, **options)
+    loss.backward(upstream if upstream is not None else torch.ones_like(loss))
+    return loss.detach(), x.grad
+
+
+OPTION_SETS = [dict(), dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1, z_loss=1e-4),
+               dict(softcap=30.0, ignore_index=5)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("vocab", [1000, 16384, 16385, 50257])
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+def test_lab_cross_entropy_matches_pytorch(dtype, vocab, inplace):
+    """lab.cross_entropy's loss and gradient against PyTorch's (float32 logits, the gradient cast to the dtype),
+    with each option set, on both sides of the fused kernel's limit, out of place and in place, with an upstream
+    gradient that is not 1 (the backward's scaling)."""
+    logits, target, _ = OP.make_inputs(Shape(64, vocab), dtype, "cuda", 5)
+    for options in OPTION_SETS:
+        t = target.masked_fill(target == DEFAULT.ignore_index, options.get("ignore_index", DEFAULT.ignore_index))
+        for upstream in (None, "random"):
+            shape = (64,) if options.get("reduction") == "none" else ()
+            up = None if upstream is None else torch.rand(shape, device="cuda") + 0.5
+            want_loss, want_grad = torch_loss_and_grad(logits, t, up, **options)
+            loss, grad = lab_loss_and_grad(logits, t, up, inplace=inplace, **options)
+            assert loss.dtype == torch.float32 and loss.shape == want_loss.shape
+            torch.testing.assert_close(loss, want_loss, rtol=2e-5, atol=2e-5, msg=lambda m: f"{options}: {m}")
+            assert grad.dtype == dtype
+            tol = dict(rtol=1e-4, atol=1e-7) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
+            torch.testing.assert_close(grad.float(), want_grad.float(), **tol, msg=lambda m: f"{options}: {m}")
+
+
+@pytest.mark.gpu
+def test_lab_cross_entropy_of_any_rank_and_without_grad():
+    import lab
+
+    logits = torch.randn(2, 3, 7, 300, device="cuda")
+    target = torch.randint(0, 300, (2, 3, 7), device="cuda")
+    flat = F.cross_entropy(logits.reshape(-1, 300), target.reshape(-1), reduction="none")
+    torch.testing.assert_close(lab.cross_entropy(logits, target, reduction="none"), flat.reshape(2, 3, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(lab.cross_entropy(logits, target), flat.mean())
+    assert lab.cross_entropy(logits[:0], target[:0]).isnan(), "a mean over no rows is NaN, as PyTorch's"
+
+
+@pytest.mark.gpu
+def test_lab_cross_entropy_bad_input_is_a_clear_error():
+    import lab
+
+    logits = torch.randn(4, 33, device="cuda", requires_grad=True)
+    target = torch.tensor([1, 2, 33, -100], device="cuda")
+    with pytest.raises(ValueError, match="a target is out of range \\(33\\)"):
+        lab.cross_entropy(logits, target)
+    with pytest.raises(TypeError, match="int64 targets"):
+        lab.cross_entropy(logits, target.int())
+    with pytest.raises(ValueError, match="target's shape"):
+        lab.cross_entropy(logits, target[:3])
+    with pytest.raises(ValueError, match="one CUDA device"):
+        lab.cross_entropy(logits.cpu(), target.cpu())
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        lab.cross_entropy(logits.double(), target)
+    with pytest.raises(ValueError, match="reduction"):
+        lab.cross_entropy(logits, target.clamp(0, 32), reduction="avg")
+    with pytest.raises(ValueError, match="must require grad"):
+        lab.cross_entropy(logits.detach(), target.clamp(0, 32), inplace=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [1000, 50257])
+def test_lab_cross_entropy_compiles_fullgraph(vocab):
+    """torch.compile(fullgraph=True) of a loss through lab.cross_entropy, forward and backward, as eager; a target
+    out of range, which nothing checks on the host there, makes its row NaN and reads nothing out of bounds."""
+    import lab
+
+    torch._dynamo.reset()
+    logits = torch.randn(48, vocab, device="cuda", dtype=torch.bfloat16)
+    target = torch.randint(0, vocab, (48,), device="cuda")
+
+    def step(x, t):
+        return lab.cross_entropy(x * 2.0, t, label_smoothing=0.05) * 3.0
+
+    eager_loss, eager_grad = lab_step(step, logits, target)
+    compiled = torch.compile(step, fullgraph=True)
+    loss, grad = lab_step(compiled, logits, target)
+    torch.testing.assert_close(loss, eager_loss)
+    torch.testing.assert_close(grad, eager_grad)
+    bad = target.clone()
+    bad[3] = vocab + 5
+    rows = torch.compile(lambda x, t: lab.cross_entropy(x, t, reduction="none"), fullgraph=True)(logits, bad)
+    assert rows[3].isnan() and rows[torch.arange(48, device="cuda") != 3].isfinite().all()
+
+
+def lab_step(fn, logits, target):
+    x = logits.detach().clone().requires_grad_()
+    loss = fn(x, target)
+    loss.backward()
+    return loss.detach(), x.grad
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("inplace", [False, True], ids=["out-of-place", "in-place"])
+def test_a_classifier_trains_with_lab_cross_entropy_as_with_pytorchs(inplace):
+    """A small classifier (a linear head over features, bfloat16 logits as a language model's) trained ten steps
+    with lab.cross_entropy and with F.cross_entropy from the same start: the same losses, step for step."""
+    import lab
+
+    def train(loss_fn):
+        torch.manual_seed(0)
+        head = torch.nn.Linear(64, 5000, device="cuda")
+        opt = torch.optim.SGD(head.parameters(), lr=0.5)
+        features = torch.randn(256, 64, device="cuda")
+        labels = torch.randint(0, 5000, (256,), device="cuda")
+        labels[::7] = -100
+        losses = []
+        for _ in range(10):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = head(features)
+            loss = loss_fn(logits, labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    theirs = train(lambda x, t: F.cross_entropy(x.float(), t))
+    ours = train(lambda x, t: lab.cross_entropy(x, t, inplace=inplace))
+    assert ours == pytest.approx(theirs, rel=2e-3)
+    assert ours[-1] < ours[0], "the head should learn something in ten steps"

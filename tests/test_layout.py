@@ -8,7 +8,7 @@ from pathlib import Path
 from lab.env import ROOT
 
 LAB = ROOT / "lab"
-PRODUCT = {"lab", "lab.ops", "lab.dispatch"}
+PRODUCT = {"lab", "lab.ops", "lab.dispatch", "lab.losses"}
 
 
 def module_name(path: Path) -> str:

@@ -18,6 +18,7 @@ from lab.backends import peer_variants
 from lab.env import ROOT
 from lab.inputs import Shape
 from lab.registry import ALL_DTYPES, Traffic, Unavailable, dtype_name, variants
+from lab.registry import get as get_variant
 
 PEERS = variants(backends=["peer"])
 # build function -> (import name, package name): what each peer needs, and what to install.
@@ -163,3 +164,19 @@ def test_run_reports_peers_as_not_run():
     not_run = " ".join(line.strip() for line in proc.stdout.splitlines() if line.startswith(("not run ", "    ")))
     for v in PEERS:
         assert f"not run {v.name}: {reason_without_gpu(v.build)}" in not_run, proc.stdout
+
+
+def test_cross_entropy_peers_say_which_options_they_lack():
+    """QuACK's cross_entropy has no label smoothing, z-loss or soft-capping, and Liger divides a weighted mean's
+    z-loss otherwise than PyTorch's definition: the correctness suite skips those cases, naming why."""
+    from lab.operators.cross_entropy import CrossEntropyOptions
+
+    quack = get_variant("cross_entropy", "peer.quack")
+    liger = get_variant("cross_entropy", "peer.liger")
+    x, t = torch.zeros(2, 8), torch.zeros(2, dtype=torch.int64)
+    assert quack.case_reason(x, t, CrossEntropyOptions(weight=torch.ones(8), reduction="sum")) is None
+    assert quack.case_reason(x, t, CrossEntropyOptions(label_smoothing=0.1, softcap=3.0)) == \
+        "QuACK's cross_entropy has no label_smoothing, softcap"
+    assert liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4)) is None
+    assert "z-loss" in liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4, weight=torch.ones(8)))
+    assert quack.shape_reason is peer_variants.quack_shape_reason

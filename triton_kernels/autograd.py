@@ -14,16 +14,10 @@ raises instead of returning a result whose gradient would silently be missing.
 import functools
 
 import torch
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from triton_kernels.common import INTERPRETED
+from triton_kernels.common import traceable
 from triton_kernels.softmax_backward import _prepare, launch
-
-
-def _traceable(kernel):
-    # The interpreter's kernels are launched as they are: wrap_triton takes compiled @triton.jit functions
-    # only, and nothing compiles a graph around an interpreted kernel.
-    return kernel if INTERPRETED else wrap_triton(kernel)
 
 
 @triton_op("lab_triton::softmax_backward", mutates_args=())
@@ -31,7 +25,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """The lab's Triton softmax backward on 2-D rows: rows in registers up to MAX_N elements, looped beyond."""
     dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
     out = _prepare(y, dy, None, "lab_triton::softmax_backward")
-    return launch(y, dy, out, _traceable)
+    return launch(y, dy, out, traceable)
 
 
 class _Softmax(torch.autograd.Function):

@@ -26,6 +26,15 @@ def fast_exp(x):
         return tl.exp(x)
 
 
+def traceable(kernel):
+    """A kernel as a torch.library.triton_op launches it: through wrap_triton, so that torch.compile traces it. The
+    interpreter's kernels are launched as they are: wrap_triton takes compiled @triton.jit functions only, and
+    nothing compiles a graph around an interpreted kernel."""
+    from torch.library import wrap_triton
+
+    return kernel if INTERPRETED else wrap_triton(kernel)
+
+
 def check_device(t: torch.Tensor, name: str, what: str = "x") -> None:
     """A tensor the kernels can run on: CUDA, or CPU under the interpreter."""
     if t.device.type == "cuda" and not INTERPRETED:

@@ -17,15 +17,17 @@ HBM sweeps: fused reads the logits once and writes dz once (1R + 1W); looped rea
 read last chunk first, from L2 where the row still is); the loss, targets and weights are O(M + V).
 Launch: a grid of M programs; looped's chunks and warps are triton_kernels/looped.py's launch_config.
 Limits: fused takes V <= FUSED_MAX_V (the row must fit one program's registers); looped any V. Targets must be in
-[0, V) or ignore_index: the wrapper checks them (one device sync), as a target out of range would read out of
-bounds. 64-bit row offsets; float32 arithmetic whatever the dtype.
+[0, V) or ignore_index: the wrapper checks them (one device sync); a target out of range that reaches the kernel
+(lab.cross_entropy under torch.compile, which checks nothing on the host) makes its row's loss and gradient NaN,
+and nothing is read at it. 64-bit row offsets; float32 arithmetic whatever the dtype.
 """
 
 import torch
 import triton
 import triton.language as tl
+from torch.library import triton_op
 
-from triton_kernels.common import DTYPES, check_device, fast_exp
+from triton_kernels.common import DTYPES, check_device, fast_exp, traceable
 from triton_kernels.looped import launch_config
 
 FUSED_MAX_V = 16384  # one row of float32 logits and its exponentials in one program's registers
@@ -62,16 +64,24 @@ def _online(z, m, d):
 @triton.jit
 def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, n_cols,
                          ignore_index, smoothing, z_loss, softcap, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
-                         HAS_WEIGHT: tl.constexpr, SOFTCAP: tl.constexpr):
+                         HAS_WEIGHT: tl.constexpr, SOFTCAP: tl.constexpr, WRITE_GRAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
     x_row, dx_row = x_ptr + row * x_stride, dx_ptr + row * dx_stride
     cols = tl.arange(0, BLOCK)
     target = tl.load(target_ptr + row)
     if target == ignore_index:
-        for start in tl.range(0, n_cols, BLOCK):
-            offs = start + cols
-            tl.store(dx_row + offs, tl.zeros([BLOCK], tl.float32).to(dx_ptr.dtype.element_ty), mask=offs < n_cols)
+        if WRITE_GRAD:
+            for start in tl.range(0, n_cols, BLOCK):
+                offs = start + cols
+                tl.store(dx_row + offs, tl.zeros([BLOCK], tl.float32).to(dx_ptr.dtype.element_ty), mask=offs < n_cols)
         tl.store(loss_ptr + row, 0.0)
+    elif (target < 0) | (target >= n_cols):  # out of range: NaN, not a read out of bounds
+        if WRITE_GRAD:
+            for start in tl.range(0, n_cols, BLOCK):
+                offs = start + cols
+                tl.store(dx_row + offs, tl.full([BLOCK], float("nan"), tl.float32).to(dx_ptr.dtype.element_ty),
+                         mask=offs < n_cols)
+        tl.store(loss_ptr + row, float("nan"))
     else:
         # Pass 1: the online (max, sum) per lane and the sum of the weights, over the row.
         m = tl.full([BLOCK], -float("inf"), tl.float32)
@@ -118,12 +128,15 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
         w_scale = c * smooth_scale
         below = tl.zeros([BLOCK], tl.float32)
         if WHOLE_ROW:
-            inside = cols < n_cols
-            g = e_scale * fast_exp(z_row - row_max) - tl.where(cols == target, y_scale, 0.0) - w_scale * w_row
-            tl.store(dx_row + cols, (dcap_row * g).to(dx_ptr.dtype.element_ty), mask=inside)
+            if WRITE_GRAD:
+                g = e_scale * fast_exp(z_row - row_max) - tl.where(cols == target, y_scale, 0.0) - w_scale * w_row
+                tl.store(dx_row + cols, (dcap_row * g).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
             below = tl.where(w_row != 0.0, w_row * (row_max - z_row), 0.0)
         else:
             n_chunks = tl.cdiv(n_cols, BLOCK)
+            if not WRITE_GRAD:
+                if smoothing == 0.0:  # the loss alone: no second pass
+                    n_chunks = 0
             for i in tl.range(0, n_chunks):  # the last chunk first: the most recently read, the likeliest in L2
                 offs = (n_chunks - 1 - i) * BLOCK + cols
                 inside = offs < n_cols
@@ -131,8 +144,9 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
                             ).to(tl.float32)
                 z, dcap = _capped(x, softcap, SOFTCAP)
                 w = _weights(weight_ptr, offs, inside, HAS_WEIGHT)
-                g = e_scale * fast_exp(z - row_max) - tl.where(offs == target, y_scale, 0.0) - w_scale * w
-                tl.store(dx_row + offs, (dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
+                if WRITE_GRAD:
+                    g = e_scale * fast_exp(z - row_max) - tl.where(offs == target, y_scale, 0.0) - w_scale * w
+                    tl.store(dx_row + offs, (dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
                 below += tl.where(w != 0.0, w * (row_max - z), 0.0)
         loss = nll_scale * (log_s + (row_max - z_y)) + z_loss * lse * lse
         if smoothing != 0.0:
@@ -140,11 +154,9 @@ def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_
         tl.store(loss_ptr + row, loss)
 
 
-def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
-                          name: str = "triton.looped") -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, dlogits) of the options' cross-entropy (lab/operators/cross_entropy.py's CrossEntropyOptions: any
-    object with ignore_index, reduction, label_smoothing, z_loss, softcap and weight); out: a (loss, dlogits) pair
-    to write into."""
+def check_inputs(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, name: str) -> None:
+    """What the kernel can take, checked on the host without a sync: 2-D float logits whose vocabulary is
+    contiguous, int64 targets of one per row on their device, class weights of one per class."""
     check_device(logits, name, "logits")
     if logits.dim() != 2:
         raise ValueError(f"{name}: expected logits of 2 dims (rows, vocabulary), got {logits.dim()}")
@@ -156,19 +168,35 @@ def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, o
     if target.dtype != torch.int64 or target.shape != (rows,) or target.device != logits.device:
         raise ValueError(f"{name}: target must be int64 of shape ({rows},) on {logits.device}, got "
                          f"{target.dtype} of shape {tuple(target.shape)} on {target.device}")
-    weight = options.weight
     if weight is not None and (weight.shape != (vocab,) or weight.device != logits.device
                                or not weight.is_floating_point()):
         raise ValueError(f"{name}: weight must be a floating-point tensor of shape ({vocab},) on {logits.device}")
-    if whole_row and vocab > FUSED_MAX_V:
-        raise ValueError(f"{name}: rows of {vocab} logits exceed the {FUSED_MAX_V} that fit in one program")
-    counted = target != options.ignore_index
-    if rows and bool((counted & ((target < 0) | (target >= vocab))).any()):  # one device sync
-        raise ValueError(f"{name}: a target is out of range: targets must be in [0, {vocab}) or ignore_index "
-                         f"({options.ignore_index})")
+
+
+def check_targets(target: torch.Tensor, vocab: int, ignore_index: int, name: str) -> None:
+    """Every target in [0, vocab) or ignore_index: one device sync."""
+    bad = target[(target != ignore_index) & ((target < 0) | (target >= vocab))]  # the sync: bad's size
+    if bad.numel():
+        raise ValueError(f"{name}: a target is out of range ({bad[0].item()}): targets must be in [0, {vocab}) or "
+                         f"ignore_index ({ignore_index})")
+
+
+def whole_row_fits(vocab: int) -> bool:
+    """Whether a row of `vocab` logits is held in one program (the fused kernel), the choice of the lab's entry:
+    at every length it can take, the fused kernel reads the row once where the looped one reads it twice."""
+    return vocab <= FUSED_MAX_V
+
+
+def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str,
+         smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None, whole_row: bool,
+         wrap=lambda kernel: kernel) -> torch.Tensor:
+    """The loss (reduced), with dlogits written into dx unless dx is None: the kernel, and the reduction's
+    denominator before it, in torch ops that trace (no sync). wrap: how the kernel is launched (traceable in an
+    op)."""
+    rows, vocab = logits.shape
+    counted = target != ignore_index
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if out is None else out[1]
-    if options.reduction == "mean":
+    if reduction == "mean":
         targets_w = counted.float() if weight is None else torch.where(counted, weight.float()[target.clamp(0)], 0.0)
         denominator = targets_w.sum()
         scale = (1.0 / denominator).reshape(1)
@@ -177,17 +205,31 @@ def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, o
     if logits.numel():
         block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
                             if whole_row else launch_config(vocab, logits.element_size()))
-        cross_entropy_kernel[(rows,)](
-            logits, target, weight if weight is not None else logits, scale, loss_rows, dx, logits.stride(0),
-            dx.stride(0), vocab, options.ignore_index, float(options.label_smoothing), float(options.z_loss),
-            float(options.softcap or 1.0), BLOCK=block, WHOLE_ROW=whole_row, HAS_WEIGHT=weight is not None,
-            SOFTCAP=options.softcap is not None, num_warps=num_warps)
-    elif rows:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
-        loss_rows.masked_fill_(counted, float("nan")).masked_fill_(~counted, 0.0)
-    if options.reduction == "none":
-        loss = loss_rows
-    else:
-        loss = loss_rows.sum() if denominator is None else loss_rows.sum() / denominator
+        wrap(cross_entropy_kernel)[(rows,)](
+            logits, target, weight if weight is not None else logits, scale, loss_rows,
+            dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, vocab,
+            ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block, WHOLE_ROW=whole_row,
+            HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None, WRITE_GRAD=dx is not None,
+            num_warps=num_warps)
+    else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
+        loss_rows = torch.where(counted, float("nan"), 0.0)
+    if reduction == "none":
+        return loss_rows
+    return loss_rows.sum() if denominator is None else loss_rows.sum() / denominator
+
+
+def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
+                          name: str = "triton.looped") -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, dlogits) of the options' cross-entropy (lab/operators/cross_entropy.py's CrossEntropyOptions: any
+    object with ignore_index, reduction, label_smoothing, z_loss, softcap and weight); out: a (loss, dlogits) pair
+    to write into."""
+    check_inputs(logits, target, options.weight, name)
+    if whole_row and logits.shape[1] > FUSED_MAX_V:
+        raise ValueError(f"{name}: rows of {logits.shape[1]} logits exceed the {FUSED_MAX_V} that fit in one program")
+    check_targets(target, logits.shape[1], options.ignore_index, name)
+    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if out is None else out[1]
+    loss = _run(logits, target, options.weight, options.ignore_index, options.reduction, options.label_smoothing,
+                options.z_loss, options.softcap, dx, whole_row)
     if out is None:
         return loss, dx
     out[0].copy_(loss)
@@ -200,3 +242,71 @@ def cross_entropy_fused(logits: torch.Tensor, target: torch.Tensor, options, out
 
 def cross_entropy_looped(logits: torch.Tensor, target: torch.Tensor, options, out=None):
     return cross_entropy_fwd_bwd(logits, target, options, out, whole_row=False, name="triton.looped")
+
+
+# --- the ops of lab.cross_entropy: opaque to torch.compile, their kernels traced through wrap_triton -------------
+# The inputs are checked by the entry (lab/losses.py); these check what the kernel needs without a sync.
+
+
+@triton_op("lab_triton::cross_entropy", mutates_args=())
+def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                     reduction: str, label_smoothing: float, z_loss: float, softcap: float | None, with_grad: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, dlogits): dlogits of the loss written by the same kernel where with_grad, else an empty tensor (the
+    loss alone reads the logits once and writes nothing of their size)."""
+    check_inputs(logits, target, weight, "lab_triton::cross_entropy")
+    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if with_grad else None
+    loss = _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
+                whole_row_fits(logits.shape[1]), traceable)
+    return loss, dx if dx is not None else logits.new_empty(0)
+
+
+@triton_op("lab_triton::cross_entropy_", mutates_args=("logits",))
+def cross_entropy_inplace_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                             ignore_index: int, reduction: str, label_smoothing: float, z_loss: float,
+                             softcap: float | None) -> torch.Tensor:
+    """The loss, with dlogits written over the logits (each element read before it is written, by one program)."""
+    check_inputs(logits, target, weight, "lab_triton::cross_entropy_")
+    return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, logits,
+                whole_row_fits(logits.shape[1]), traceable)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.with_grad = inputs[-1]
+    ctx.save_for_backward(output[1])
+
+
+def _backward(ctx, grad_loss, _grad_dlogits):
+    """The logits' gradient: the one the forward wrote (with_grad), scaled in place by the loss's gradient."""
+    (dlogits,) = ctx.saved_tensors
+    if not ctx.with_grad:
+        raise RuntimeError("lab_triton::cross_entropy: the forward ran without with_grad, so no gradient was written")
+    torch.ops.lab_triton.scale_rows_(dlogits, grad_loss)
+    return (dlogits,) + (None,) * 8
+
+
+torch.library.register_autograd("lab_triton::cross_entropy", _backward, setup_context=_setup_context)
+
+
+@triton.jit
+def scale_rows_kernel(g_ptr, scale_ptr, g_stride, scale_stride, n_cols, BLOCK: tl.constexpr):
+    """g[row] *= scale[row * scale_stride], skipped (nothing read or written) where the scale is 1: the upstream
+    gradient of a loss at the end of a graph."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.load(scale_ptr + row * scale_stride)
+    if s != 1.0:
+        cols = tl.arange(0, BLOCK)
+        for start in tl.range(0, n_cols, BLOCK):
+            offs = start + cols
+            inside = offs < n_cols
+            g = tl.load(g_ptr + row * g_stride + offs, mask=inside).to(tl.float32)
+            tl.store(g_ptr + row * g_stride + offs, (g * s).to(g_ptr.dtype.element_ty), mask=inside)
+
+
+@triton_op("lab_triton::scale_rows_", mutates_args=("g",))
+def scale_rows_(g: torch.Tensor, scale: torch.Tensor) -> None:
+    """g (M x V) scaled in place by the upstream gradient of the loss: a scalar (mean, sum) or one per row (none)."""
+    if g.numel():
+        scale = scale.float()
+        traceable(scale_rows_kernel)[(g.shape[0],)](g, scale, g.stride(0), 0 if scale.dim() == 0 else scale.stride(0),
+                                                   g.shape[1], BLOCK=4096, num_warps=8)

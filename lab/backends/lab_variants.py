@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from lab.backends import cuda_variants
-from lab.registry import Traffic, Variant, register
+from lab.registry import Traffic, Unavailable, Variant, register
 
 
 def build():
@@ -32,4 +32,31 @@ LAB_SOFTMAX = register(Variant(
     description="lab.softmax(x): each (dtype, N, M) to the fastest of the lab's CUDA and Triton variants measured "
                 "on this GPU (dispatch table), else torch.ops.lab.softmax",
     build=build, traffic=Traffic(1, 1), prepare=cuda_variants.rebuild_auto_table, thresholds=thresholds,
+))
+
+
+def build_cross_entropy():
+    if not torch.cuda.is_available():
+        raise Unavailable("needs a GPU (lab.cross_entropy takes CUDA tensors)")
+    import lab
+
+    def lab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+        # As a training step calls it: the loss of logits that require grad (the forward writes dlogits), then the
+        # backward (which leaves dlogits as written: its upstream gradient is 1).
+        x = logits.detach().requires_grad_()
+        with torch.enable_grad():
+            loss = lab.cross_entropy(x, target, ignore_index=options.ignore_index, reduction=options.reduction,
+                                     label_smoothing=options.label_smoothing, z_loss=options.z_loss,
+                                     softcap=options.softcap, weight=options.weight)
+            (grad,) = torch.autograd.grad(loss, x, torch.ones_like(loss))
+        return loss.detach(), grad
+
+    return lab_cross_entropy
+
+
+LAB_CROSS_ENTROPY = register(Variant(
+    op="cross_entropy", name="lab.auto", backend="lab",
+    description="lab.cross_entropy(logits, target) and its backward, as a training step calls them: the fused kernel "
+                "where the row fits one program (1 read), else the looped one (2 reads)",
+    build=build_cross_entropy, traffic=Traffic(2, 1),
 ))

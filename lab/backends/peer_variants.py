@@ -130,3 +130,72 @@ register(Variant(
     build=build_quack_backward, shape_reason=lambda shape, dtype: quack_shape_reason(shape, dtype, tensors=2),
     data_align=QUACK_VECTOR_BYTES,
 ))
+
+
+# --- cross_entropy -----------------------------------------------------------------------------------------------
+# Both return (loss, dlogits) as a training step takes them: the loss, and the gradient of the loss (for
+# reduction none, of the rows' sum) with respect to the logits, through the peer's own forward and backward.
+
+
+def quack_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
+    """QuACK's cross_entropy takes class weights, ignore_index and the reductions, no other option."""
+    missing = [name for name, unset in (("label_smoothing", 0.0), ("z_loss", 0.0), ("softcap", None))
+               if getattr(options, name) != unset]
+    return f"QuACK's cross_entropy has no {', '.join(missing)}" if missing else None
+
+
+def build_quack_cross_entropy() -> Kernel:
+    (cross_entropy,) = _import("quack-kernels", "quack.cross_entropy", "cross_entropy")
+
+    def quack_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+        # Its autograd Function: the forward reads the logits for the loss and each row's lse, the backward reads
+        # them again and writes dlogits.
+        x = logits.detach().requires_grad_()
+        with torch.enable_grad():
+            loss = cross_entropy(x, target, weight=options.weight, ignore_index=options.ignore_index,
+                                 reduction=options.reduction)
+            (grad,) = torch.autograd.grad(loss, x, torch.ones_like(loss))
+        return loss.detach(), grad
+
+    return quack_cross_entropy
+
+
+def liger_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
+    """Liger divides a mean's z-loss by the counted rows even where class weights make the denominator their sum."""
+    if options.weight is not None and options.z_loss and options.reduction == "mean":
+        return "Liger divides the z-loss by the row count, not by the class weights' sum (its mean with weights)"
+    return None
+
+
+def build_liger_cross_entropy() -> Kernel:
+    # The function its autograd Function's forward runs (liger_kernel.ops.cross_entropy): it computes the loss and
+    # writes the gradient over the logits in one kernel, and its backward returns that tensor when the upstream
+    # gradient is 1 (a loss at the end of the graph), so the forward is the whole of Liger's work.
+    (forward,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "cross_entropy_forward")
+
+    def liger_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+        x = logits.detach().requires_grad_()  # its kernel writes the gradient only for an input that requires grad
+        with torch.no_grad():
+            loss, _, _, _, grad = forward(x, target, options.weight, options.ignore_index, options.z_loss,
+                                          options.label_smoothing, options.reduction, options.softcap, False)
+        # Its loss is in the logits' dtype (as PyTorch's is): checked as such (lab/check.py, checked_as).
+        return loss.float(), grad.detach()
+
+    liger_cross_entropy.overwrites_input = True  # lab/registry.py, overwrites_input
+    return liger_cross_entropy
+
+
+CROSS_ENTROPY = dict(op="cross_entropy", backend="peer", writes_out=False)
+register(Variant(
+    name="peer.quack", **CROSS_ENTROPY, traffic=Traffic(2, 1),
+    description="QuACK cross_entropy: the forward (loss, lse; cluster-split rows in shared memory), then the "
+                "backward (reads the logits again, writes dlogits)",
+    build=build_quack_cross_entropy, shape_reason=quack_shape_reason, case_reason=quack_cross_entropy_reason,
+    data_align=QUACK_VECTOR_BYTES,
+))
+register(Variant(
+    name="peer.liger", **CROSS_ENTROPY, traffic=Traffic(2, 1),
+    description="Liger-Kernel cross_entropy: one program per row, an online (max, sum) loop, then a loop writing "
+                "the gradient over the logits (2 reads, 1 write)",
+    build=build_liger_cross_entropy, case_reason=liger_cross_entropy_reason,
+))

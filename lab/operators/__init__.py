@@ -55,6 +55,9 @@ class Operator:
     output_dtypes: Callable[[torch.dtype], tuple[torch.dtype, ...]] | None = None
     """The dtype of each output for inputs of a dtype, for an operator of several outputs (then the reference,
     the variants and error_scale return tuples in this order); None: one output of the input's dtype."""
+    checked_as: Callable[[torch.dtype], tuple[torch.dtype, ...]] | None = None
+    """The dtype whose tolerance each output is held to, for inputs of a dtype, where that is not the output's own
+    (cross_entropy's loss of 16-bit logits: PyTorch returns it in the logits' dtype); None: the output's dtype."""
     output_names: tuple[str, ...] = ("y",)
     """The outputs' names, in a failed check's message."""
     framework_result: Callable[..., object] | None = None
