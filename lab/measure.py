@@ -91,7 +91,8 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
                         op=op.name)
-    if reason := ((r.failed.get(dtype_name(dtype)) and "failed the correctness suite") or v.skip_reason(shape, dtype)
+    failed = r.failed.get(dtype_name(dtype))
+    if reason := ((failed and f"failed the correctness suite ({failed})") or v.skip_reason(shape, dtype)
                   or (v.case_reason is not None and v.case_reason(*case))):
         res.reason = reason
         return res, None

@@ -62,10 +62,19 @@ def _online(z, m, d):
 
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, n_cols,
-                         ignore_index, smoothing, z_loss, softcap, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
+def cross_entropy_kernel(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, n_rows,
+                         n_cols, ignore_index, smoothing, z_loss, softcap, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
                          HAS_WEIGHT: tl.constexpr, SOFTCAP: tl.constexpr, WRITE_GRAD: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
+    for row in tl.range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):  # 64-bit: row * stride
+        _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, row,
+                           n_cols, ignore_index, smoothing, z_loss, softcap, BLOCK, WHOLE_ROW, HAS_WEIGHT, SOFTCAP,
+                           WRITE_GRAD)
+
+
+@triton.jit
+def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_ptr, x_stride, dx_stride, row, n_cols,
+                       ignore_index, smoothing, z_loss, softcap, BLOCK: tl.constexpr, WHOLE_ROW: tl.constexpr,
+                       HAS_WEIGHT: tl.constexpr, SOFTCAP: tl.constexpr, WRITE_GRAD: tl.constexpr):
     x_row, dx_row = x_ptr + row * x_stride, dx_ptr + row * dx_stride
     cols = tl.arange(0, BLOCK)
     target = tl.load(target_ptr + row)
@@ -189,7 +198,7 @@ def whole_row_fits(vocab: int) -> bool:
 
 def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str,
          smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None, whole_row: bool,
-         wrap=lambda kernel: kernel) -> torch.Tensor:
+         wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """The loss (reduced), with dlogits written into dx unless dx is None: the kernel, and the reduction's
     denominator before it, in torch ops that trace (no sync). wrap: how the kernel is launched (traceable in an
     op)."""
@@ -205,9 +214,12 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
     if logits.numel():
         block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
                             if whole_row else launch_config(vocab, logits.element_size()))
-        wrap(cross_entropy_kernel)[(rows,)](
+        programs = rows
+        if config is not None:  # (block, warps, programs): a tuner's
+            block, num_warps, programs = config[0], config[1], min(rows, config[2])
+        wrap(cross_entropy_kernel)[(programs,)](
             logits, target, weight if weight is not None else logits, scale, loss_rows,
-            dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, vocab,
+            dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, rows, vocab,
             ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block, WHOLE_ROW=whole_row,
             HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None, WRITE_GRAD=dx is not None,
             num_warps=num_warps)

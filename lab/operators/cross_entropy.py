@@ -120,11 +120,13 @@ def framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossE
 
 
 def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
-                ) -> tuple[None, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """What each gradient element's rounding error grows with: dlogits = c_i * s'(x) * (p * (1 + 2 lambda lse) - t)
     subtracts the target's share t from the probability p, and at a confident target (p near 1) the difference is
-    far smaller than either term: the scale is the terms' size, c_i * s'(x) * (p * (1 + 2 lambda |lse|) + t). The
-    loss, a float32 scalar or row, is held to its own size."""
+    far smaller than either term: the scale is the terms' size, c_i * s'(x) * (p * (1 + 2 lambda |lse|) + t). A
+    row's loss, lse - z_y (and its smoothing and z-loss terms), cancels the same way where the target is confident
+    (a loss of 2e-4 from an lse of 5): its scale is w_i ((1 - s) (|lse| + |z_y|) + s (|lse| + mean |z|) + lambda
+    lse^2), reduced as the loss is."""
     x = logits.double()
     z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
     dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
@@ -137,7 +139,13 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
     w = torch.where(counted, w, 0.0)
     coef = w / w.sum() if options.reduction == "mean" else w
     terms = p * (1 + 2 * options.z_loss * lse.abs()) + t
-    return None, (coef.unsqueeze(-1) * dcap * terms).nan_to_num(nan=0.0, posinf=0.0)
+    lse_abs, s = lse.squeeze(-1).abs(), options.label_smoothing
+    z_y = z.gather(-1, target.clamp(0).unsqueeze(-1)).squeeze(-1).abs() if logits.shape[-1] else lse_abs
+    finite_z = torch.where(z.isfinite(), z.abs(), 0.0)
+    row = (1 - s) * (lse_abs + z_y) + s * (lse_abs + finite_z.mean(-1) if logits.shape[-1] else 0.0)
+    row = torch.where(counted, w * row + options.z_loss * lse_abs * lse_abs, 0.0)
+    loss = row if options.reduction == "none" else row.sum() / (w.sum() if options.reduction == "mean" else 1.0)
+    return loss.nan_to_num(nan=0.0, posinf=0.0), (coef.unsqueeze(-1) * dcap * terms).nan_to_num(nan=0.0, posinf=0.0)
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
