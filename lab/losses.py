@@ -80,12 +80,35 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     if not torch.compiler.is_compiling():
         kernels.check_targets(flat, vocab, ignore_index, "lab.cross_entropy")
     args = (ignore_index, reduction, float(label_smoothing), float(z_loss), softcap)
+    wants_grad = torch.is_grad_enabled() and logits.requires_grad
     if inplace:
         loss = _InPlace.apply(rows, flat, weight, *args)
+    elif torch.compiler.is_compiling():
+        loss = torch.ops.lab_triton.cross_entropy(rows, flat, weight, *args, wants_grad)[0]
+    elif wants_grad:
+        loss = _Eager.apply(rows, flat, weight, *args)
     else:
-        loss = torch.ops.lab_triton.cross_entropy(rows, flat, weight, *args,
-                                                  torch.is_grad_enabled() and logits.requires_grad)[0]
+        loss = kernels.loss_and_grad(rows, flat, weight, *args, None)
     return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+class _Eager(torch.autograd.Function):
+    """Eagerly, the same kernels as the op torch.ops.lab_triton.cross_entropy, launched directly: the op's Python
+    dispatch costs host time on every call, and a short call is host-bound."""
+
+    @staticmethod
+    def forward(ctx, rows, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
+        dx = torch.empty_like(rows, memory_format=torch.contiguous_format)
+        loss = _ops().loss_and_grad(rows, target, weight, ignore_index, reduction, label_smoothing, z_loss,
+                                        softcap, dx)
+        ctx.save_for_backward(dx)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        (dlogits,) = ctx.saved_tensors
+        _ops().scale_rows(dlogits, grad_loss)
+        return (dlogits,) + (None,) * 7
 
 
 class _InPlace(torch.autograd.Function):

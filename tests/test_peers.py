@@ -179,4 +179,5 @@ def test_cross_entropy_peers_say_which_options_they_lack():
         "QuACK's cross_entropy has no label_smoothing, softcap"
     assert liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4)) is None
     assert "z-loss" in liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4, weight=torch.ones(8)))
-    assert quack.shape_reason is peer_variants.quack_shape_reason
+    assert "padded rows" in quack.shape_reason(Shape(4, 1000, 1040), torch.bfloat16)
+    assert liger.shape_reason(Shape(0, 7), torch.bfloat16) and not liger.shape_reason(Shape(1, 7), torch.bfloat16)

@@ -260,16 +260,26 @@ def cross_entropy_looped(logits: torch.Tensor, target: torch.Tensor, options, ou
 # The inputs are checked by the entry (lab/losses.py); these check what the kernel needs without a sync.
 
 
+def loss_and_grad(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                  reduction: str, label_smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None,
+                  wrap=lambda kernel: kernel) -> torch.Tensor:
+    """The loss, dlogits written into dx (None: not written; the logits themselves: over them), with the kernel the
+    lab's entry takes for the row length (whole_row_fits). The ops below run it traced; lab.cross_entropy runs it
+    directly when not compiled (an op's Python dispatch costs host time on every call)."""
+    check_inputs(logits, target, weight, "lab.cross_entropy")
+    return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
+                whole_row_fits(logits.shape[1]), wrap)
+
+
 @triton_op("lab_triton::cross_entropy", mutates_args=())
 def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
                      reduction: str, label_smoothing: float, z_loss: float, softcap: float | None, with_grad: bool
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, dlogits): dlogits of the loss written by the same kernel where with_grad, else an empty tensor (the
     loss alone reads the logits once and writes nothing of their size)."""
-    check_inputs(logits, target, weight, "lab_triton::cross_entropy")
     dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if with_grad else None
-    loss = _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
-                whole_row_fits(logits.shape[1]), traceable)
+    loss = loss_and_grad(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
+                         traceable)
     return loss, dx if dx is not None else logits.new_empty(0)
 
 
@@ -278,9 +288,8 @@ def cross_entropy_inplace_op(logits: torch.Tensor, target: torch.Tensor, weight:
                              ignore_index: int, reduction: str, label_smoothing: float, z_loss: float,
                              softcap: float | None) -> torch.Tensor:
     """The loss, with dlogits written over the logits (each element read before it is written, by one program)."""
-    check_inputs(logits, target, weight, "lab_triton::cross_entropy_")
-    return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, logits,
-                whole_row_fits(logits.shape[1]), traceable)
+    return loss_and_grad(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, logits,
+                         traceable)
 
 
 def _setup_context(ctx, inputs, output):
@@ -315,10 +324,15 @@ def scale_rows_kernel(g_ptr, scale_ptr, g_stride, scale_stride, n_cols, BLOCK: t
             tl.store(g_ptr + row * g_stride + offs, (g * s).to(g_ptr.dtype.element_ty), mask=inside)
 
 
-@triton_op("lab_triton::scale_rows_", mutates_args=("g",))
-def scale_rows_(g: torch.Tensor, scale: torch.Tensor) -> None:
+def scale_rows(g: torch.Tensor, scale: torch.Tensor, wrap=lambda kernel: kernel) -> None:
     """g (M x V) scaled in place by the upstream gradient of the loss: a scalar (mean, sum) or one per row (none)."""
     if g.numel():
         scale = scale.float()
-        traceable(scale_rows_kernel)[(g.shape[0],)](g, scale, g.stride(0), 0 if scale.dim() == 0 else scale.stride(0),
-                                                   g.shape[1], BLOCK=4096, num_warps=8)
+        wrap(scale_rows_kernel)[(g.shape[0],)](g, scale, g.stride(0), 0 if scale.dim() == 0 else scale.stride(0),
+                                              g.shape[1], BLOCK=4096, num_warps=8)
+
+
+@triton_op("lab_triton::scale_rows_", mutates_args=("g",))
+def scale_rows_(g: torch.Tensor, scale: torch.Tensor) -> None:
+    """scale_rows as an op torch.compile traces."""
+    scale_rows(g, scale, traceable)

@@ -144,6 +144,18 @@ def quack_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, optio
     return f"QuACK's cross_entropy has no {', '.join(missing)}" if missing else None
 
 
+def quack_cross_entropy_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    """QuACK's softmax limits, and its backward's: it writes dlogits with the logits' row stride (an empty_like of
+    them, which is contiguous) and refuses rows of a padded tensor."""
+    if shape.stride != shape.n:
+        return "row stride != V: QuACK's backward needs dlogits with the logits' strides (padded rows are refused)"
+    return quack_shape_reason(shape, dtype)
+
+
+def liger_cross_entropy_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    return "no rows: Liger raises on an empty batch (max() of an empty tensor)" if shape.m == 0 else None
+
+
 def build_quack_cross_entropy() -> Kernel:
     (cross_entropy,) = _import("quack-kernels", "quack.cross_entropy", "cross_entropy")
 
@@ -190,12 +202,14 @@ register(Variant(
     name="peer.quack", **CROSS_ENTROPY, traffic=Traffic(2, 1),
     description="QuACK cross_entropy: the forward (loss, lse; cluster-split rows in shared memory), then the "
                 "backward (reads the logits again, writes dlogits)",
-    build=build_quack_cross_entropy, shape_reason=quack_shape_reason, case_reason=quack_cross_entropy_reason,
+    build=build_quack_cross_entropy, shape_reason=quack_cross_entropy_shape_reason,
+    case_reason=quack_cross_entropy_reason,
     data_align=QUACK_VECTOR_BYTES,
 ))
 register(Variant(
     name="peer.liger", **CROSS_ENTROPY, traffic=Traffic(2, 1),
     description="Liger-Kernel cross_entropy: one program per row, an online (max, sum) loop, then a loop writing "
                 "the gradient over the logits (2 reads, 1 write)",
-    build=build_liger_cross_entropy, case_reason=liger_cross_entropy_reason,
+    build=build_liger_cross_entropy, shape_reason=liger_cross_entropy_shape_reason,
+    case_reason=liger_cross_entropy_reason,
 ))

@@ -127,25 +127,38 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
     row's loss, lse - z_y (and its smoothing and z-loss terms), cancels the same way where the target is confident
     (a loss of 2e-4 from an lse of 5): its scale is w_i ((1 - s) (|lse| + |z_y|) + s (|lse| + mean |z|) + lambda
     lse^2), reduced as the loss is."""
-    x = logits.double()
-    z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
-    dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
-    p = torch.softmax(z, dim=-1)
-    lse = torch.logsumexp(z, dim=-1, keepdim=True)
+    m, v = logits.shape
     counted = target != options.ignore_index
-    onehot = F.one_hot(target.clamp(0), logits.shape[-1]).double() * counted.unsqueeze(-1)
-    t = onehot * (1 - options.label_smoothing) + options.label_smoothing / max(1, logits.shape[-1])
-    w = torch.ones_like(lse.squeeze(-1)) if options.weight is None else options.weight.double()[target.clamp(0)]
+    w = torch.ones(m, dtype=torch.float64, device=logits.device) if options.weight is None else \
+        options.weight.double()[target.clamp(0)]
     w = torch.where(counted, w, 0.0)
     coef = w / w.sum() if options.reduction == "mean" else w
-    terms = p * (1 + 2 * options.z_loss * lse.abs()) + t
-    lse_abs, s = lse.squeeze(-1).abs(), options.label_smoothing
-    z_y = z.gather(-1, target.clamp(0).unsqueeze(-1)).squeeze(-1).abs() if logits.shape[-1] else lse_abs
-    finite_z = torch.where(z.isfinite(), z.abs(), 0.0)
-    row = (1 - s) * (lse_abs + z_y) + s * (lse_abs + finite_z.mean(-1) if logits.shape[-1] else 0.0)
-    row = torch.where(counted, w * row + options.z_loss * lse_abs * lse_abs, 0.0)
+    s = options.label_smoothing
+    grad = torch.empty(m, v, dtype=torch.float32, device=logits.device)  # a tolerance's scale: float32 will do
+    row = torch.zeros(m, dtype=torch.float64, device=logits.device)
+    step = max(1, SCALE_CHUNK // max(1, v))
+    for r0 in range(0, m if v else 0, step):  # in chunks of rows: a few float64 temporaries of a chunk's size
+        r1 = min(m, r0 + step)
+        x = logits[r0:r1].double()
+        z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
+        dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
+        lse = torch.logsumexp(z, dim=-1, keepdim=True)
+        terms = torch.exp(z - lse).mul_(1 + 2 * options.z_loss * lse.abs()).add_(s / v)
+        on = counted[r0:r1].double().mul_(1 - s).unsqueeze(-1)
+        terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), on)
+        grad[r0:r1] = (coef[r0:r1].unsqueeze(-1) * dcap * terms).nan_to_num_(nan=0.0, posinf=0.0)
+        lse_abs = lse.squeeze(-1).abs()
+        z_y = z.gather(-1, target[r0:r1].clamp(0).unsqueeze(-1)).squeeze(-1).abs()
+        mean_z = torch.where(z.isfinite(), z.abs(), 0.0).mean(-1)
+        row[r0:r1] = (w[r0:r1] * ((1 - s) * (lse_abs + z_y) + s * (lse_abs + mean_z))
+                      + options.z_loss * lse_abs * lse_abs)
+    row = torch.where(counted, row, 0.0)
     loss = row if options.reduction == "none" else row.sum() / (w.sum() if options.reduction == "mean" else 1.0)
-    return loss.nan_to_num(nan=0.0, posinf=0.0), (coef.unsqueeze(-1) * dcap * terms).nan_to_num(nan=0.0, posinf=0.0)
+    return loss.nan_to_num(nan=0.0, posinf=0.0), grad
+
+
+SCALE_CHUNK = 2**24
+"""error_scale's rows at a time, in logits: its float64 temporaries stay near 128 MB each at any size."""
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,

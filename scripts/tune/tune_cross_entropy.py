@@ -71,7 +71,7 @@ def main() -> None:
                     continue
                 if want is None:
                     want = got
-                elif not (torch.allclose(got[0], want[0], rtol=1e-5) and torch.equal(got[1], want[1])):
+                elif not (torch.allclose(got[0], want[0], rtol=1e-4) and torch.allclose(got[1].float(), want[1].float(), rtol=1e-2, atol=1e-6)):
                     print(f"{dtype_name} {args.rows}x{vocab} {name}: differs from the default launch")
                     continue
                 calls[name] = call
