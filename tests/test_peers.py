@@ -178,6 +178,7 @@ def test_cross_entropy_peers_say_which_options_they_lack():
     assert quack.case_reason(x, t, CrossEntropyOptions(label_smoothing=0.1, softcap=3.0)) == \
         "QuACK's cross_entropy has no label_smoothing, softcap"
     assert liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4)) is None
+    assert "PyTorch's is NaN" in liger.case_reason(x, torch.full_like(t, -100), CrossEntropyOptions())
     assert "z-loss" in liger.case_reason(x, t, CrossEntropyOptions(z_loss=1e-4, weight=torch.ones(8)))
     assert "padded rows" in quack.shape_reason(Shape(4, 1000, 1040), torch.bfloat16)
     assert liger.shape_reason(Shape(0, 7), torch.bfloat16) and not liger.shape_reason(Shape(1, 7), torch.bfloat16)

@@ -173,7 +173,10 @@ def build_quack_cross_entropy() -> Kernel:
 
 
 def liger_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
-    """Liger divides a mean's z-loss by the counted rows even where class weights make the denominator their sum."""
+    """Two conventions of Liger's that differ from PyTorch's: a mean over no counted rows is 0 (PyTorch: NaN), and a
+    weighted mean's z-loss is divided by the counted rows (not by the class weights' sum)."""
+    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+        return "every row ignored: Liger's mean is 0 where PyTorch's is NaN (a mean over no rows)"
     if options.weight is not None and options.z_loss and options.reduction == "mean":
         return "Liger divides the z-loss by the row count, not by the class weights' sum (its mean with weights)"
     return None

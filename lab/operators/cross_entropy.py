@@ -252,6 +252,7 @@ CROSS_ENTROPY = register_operator(Operator(
     error_scale=error_scale,
     framework_result=framework_result,
     output_dtypes=lambda dtype: (torch.float32, dtype),
+    checked_as=lambda dtype: (dtype, dtype),  # a 16-bit loss as PyTorch gives it: in the logits' dtype
     output_names=("loss", "dlogits"),
     x_label="V (vocabulary)",
 ))
