@@ -4,6 +4,9 @@
 //   softmax:          torch.ops.lab.<name>(Tensor x) -> Tensor
 //   vector_add:       torch.ops.lab.vector_add_<name>(Tensor a, Tensor b) -> Tensor
 //   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
+//   cross_entropy:    torch.ops.lab.cross_entropy_<name>(Tensor logits, Tensor target, Tensor? weight,
+//                     Tensor scale, int ignore_index, *, Tensor(a!) loss, Tensor(b!) dlogits) -> () (out only: its
+//                     reduction and checks of the targets are Python's)
 // and each with an `.out` overload taking `*, Tensor(a!) out` and returning nothing (a custom op
 // that returns an alias of its input cannot be functionalized: torch.compile's AOT dispatch and
 // torch.library.opcheck refuse it). Softmax is taken over the last
@@ -11,6 +14,7 @@
 #include <Python.h>
 
 #include <climits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,9 @@
 #ifndef LAB_SOFTMAX_BACKWARD_VARIANTS
 #define LAB_SOFTMAX_BACKWARD_VARIANTS(X)
 #endif
+#ifndef LAB_CROSS_ENTROPY_VARIANTS
+#define LAB_CROSS_ENTROPY_VARIANTS(X)
+#endif
 
 namespace lab {
 
@@ -40,9 +47,15 @@ namespace lab {
 #define LAB_DECLARE_SOFTMAX(name) LAB_DECLARE(RowsArgs, softmax_##name)
 #define LAB_DECLARE_VECTOR_ADD(name) LAB_DECLARE(VectorArgs, vector_add_##name)
 #define LAB_DECLARE_SOFTMAX_BACKWARD(name) LAB_DECLARE(RowsGradArgs, softmax_backward_##name)
+#define LAB_DECLARE_CROSS_ENTROPY(name) LAB_DECLARE(CrossEntropyArgs, cross_entropy_##name)
 LAB_SOFTMAX_VARIANTS(LAB_DECLARE_SOFTMAX)
 LAB_VECTOR_ADD_VARIANTS(LAB_DECLARE_VECTOR_ADD)
 LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DECLARE_SOFTMAX_BACKWARD)
+LAB_CROSS_ENTROPY_VARIANTS(LAB_DECLARE_CROSS_ENTROPY)
+#ifdef LAB_HAS_CROSS_ENTROPY
+int64_t cross_entropy_cluster_max_cols(DType dtype);  // csrc/cross_entropy/cluster.cu's limit
+#endif
+#undef LAB_DECLARE_CROSS_ENTROPY
 #undef LAB_DECLARE_SOFTMAX_BACKWARD
 #undef LAB_DECLARE_VECTOR_ADD
 #undef LAB_DECLARE_SOFTMAX
@@ -164,6 +177,34 @@ struct SoftmaxBackward {
   }
 };
 
+// cross_entropy's out entry: the logits' and dlogits' rows, the targets (int64, one per row), the class weights
+// (float32, one per class, or none), the reduction's factor (one float32) and the loss per row (float32).
+template <CrossEntropyLauncher L>
+void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                       const at::Tensor& scale, int64_t ignore_index, at::Tensor& loss, at::Tensor& dx,
+                       const char* op) {
+  check_rows(x, op);
+  check_like(x, dx, op, "logits", "dlogits");
+  const auto check_aux = [&](const at::Tensor& t, at::ScalarType type, int64_t n, const char* what) {
+    TORCH_CHECK(t.device() == x.device() && t.scalar_type() == type && t.dim() == 1 && t.size(0) == n &&
+                    t.is_contiguous(),
+                "lab::", op, ": expected ", what, " to be a contiguous 1-D ", type, " tensor of ", n,
+                " elements on ", x.device(), ", got ", t.scalar_type(), " of shape ", t.sizes(), " on ", t.device());
+  };
+  check_aux(target, at::kLong, x.size(0), "target");
+  check_aux(loss, at::kFloat, x.size(0), "loss");
+  if (weight.has_value()) check_aux(*weight, at::kFloat, x.size(1), "weight");
+  TORCH_CHECK(scale.device() == x.device() && scale.scalar_type() == at::kFloat && scale.numel() == 1, "lab::", op,
+              ": expected scale to be one float32 on ", x.device());
+  if (x.numel() == 0) return;
+  const CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(),
+                              weight.has_value() ? weight->data_ptr<float>() : nullptr, scale.data_ptr<float>(),
+                              loss.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), dx.stride(0), ignore_index,
+                              to_lab_dtype(x, op)};
+  launch_checked(L, args, x, op, (std::string("cross_entropy/") + (op + sizeof("cross_entropy_") - 1)).c_str(),
+                 x.size(1));
+}
+
 }  // namespace
 }  // namespace lab
 
@@ -176,14 +217,24 @@ struct SoftmaxBackward {
 #define LAB_DEF_SOFTMAX_BACKWARD(name)                                                              \
   m.def("softmax_backward_" #name "(Tensor y, Tensor dy) -> Tensor");                               \
   m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
+#define LAB_DEF_CROSS_ENTROPY(name)                                                                 \
+  m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, Tensor scale, int ignore_index, *, " \
+        "Tensor(a!) loss, Tensor(b!) dlogits) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DEF_SOFTMAX_BACKWARD)
+  LAB_CROSS_ENTROPY_VARIANTS(LAB_DEF_CROSS_ENTROPY)
+#ifdef LAB_HAS_CROSS_ENTROPY
+  m.def("cross_entropy_cluster_max_cols(ScalarType dtype) -> int", [](at::ScalarType type) {
+    return lab::cross_entropy_cluster_max_cols(type == at::kFloat ? lab::DType::kFloat32 : lab::DType::kBFloat16);
+  });
+#endif
 #ifdef LAB_HAS_SOFTMAX
   LAB_DEF_SOFTMAX(softmax)  // auto (csrc/softmax/dispatch/auto.cu)
 #endif
 }
+#undef LAB_DEF_CROSS_ENTROPY
 #undef LAB_DEF_SOFTMAX_BACKWARD
 #undef LAB_DEF_VECTOR_ADD
 #undef LAB_DEF_SOFTMAX
@@ -215,16 +266,25 @@ TORCH_LIBRARY(lab, m) {
 #else
 #define LAB_IMPL_AUTO
 #endif
+#define LAB_IMPL_CROSS_ENTROPY(name)                                                                \
+  m.impl("cross_entropy_" #name,                                                                    \
+         [](const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,  \
+            const at::Tensor& scale, int64_t ignore_index, at::Tensor& loss, at::Tensor& dx) {         \
+           lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, scale, ignore_index, loss, dx, \
+                                                             "cross_entropy_" #name);                \
+         });
 #define LAB_IMPL_ALL                                                                                \
   LAB_SOFTMAX_VARIANTS(LAB_IMPL_SOFTMAX)                                                            \
   LAB_VECTOR_ADD_VARIANTS(LAB_IMPL_VECTOR_ADD)                                                      \
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_IMPL_SOFTMAX_BACKWARD)                                          \
+  LAB_CROSS_ENTROPY_VARIANTS(LAB_IMPL_CROSS_ENTROPY)                                                \
   LAB_IMPL_AUTO
 TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_IMPL_ALL }
 // On CPU tensors the same entry points run their validation, which rejects them with a clear
 // message instead of the dispatcher's list of backends.
 TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 #undef LAB_IMPL_ALL
+#undef LAB_IMPL_CROSS_ENTROPY
 #undef LAB_IMPL_AUTO
 #undef LAB_IMPL_SOFTMAX_BACKWARD
 #undef LAB_IMPL_VECTOR_ADD

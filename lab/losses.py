@@ -3,8 +3,9 @@
 Part of the product (it imports nothing of the harness). The kernel is the lab's Triton cross-entropy
 (triton_kernels/cross_entropy.py): where a gradient is wanted, the forward writes dlogits while the row is on chip
 (one read of the logits, one write), and the backward only scales it by the upstream gradient, in place, and not at
-all where that gradient is 1 (a loss at the end of the graph). The rows held in one program where they fit
-(triton_kernels.cross_entropy.whole_row_fits), else streamed twice.
+all where that gradient is 1 (a loss at the end of the graph). Rows of up to 16384 logits are held in one Triton
+program; longer ones are split over a CUDA thread-block cluster (csrc/cross_entropy/cluster.cu) where it takes the
+options and the length, else streamed twice by the Triton kernel (triton_kernels.cross_entropy.cuda_takes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ def _ops():
     """Registers torch.ops.lab_triton's cross-entropy ops (importing Triton) on first use."""
     if not _LOADED:
         import triton_kernels.cross_entropy as kernels
+        from lab.ops import ExtensionUnavailable, load_extension
 
+        try:
+            load_extension()  # the CUDA cluster kernel, where the extension is built
+        except ExtensionUnavailable:
+            pass  # the Triton kernels alone (triton_kernels.cross_entropy.cuda_takes says which runs)
         _LOADED.append(kernels)
     return _LOADED[0]
 

@@ -34,6 +34,9 @@ def load_extension() -> None:
         raise ExtensionUnavailable(f"lab._C is not built ({e}); run `bash build.sh`") from e
     softmax = set(softmax_ops())
     for name in op_names():
+        if name.startswith("cross_entropy_"):
+            _register_cross_entropy(name)
+            continue
         # Every op returns a contiguous tensor shaped like its first input.
         torch.library.register_fake(f"lab::{name}")(
             lambda first, *rest: torch.empty_like(first, memory_format=torch.contiguous_format)
@@ -48,6 +51,16 @@ def load_extension() -> None:
             _refuse_gradients(name, overload)
     dispatch.install_committed()  # auto's measured tables, each for its GPU model
     _LOADED.append("lab._C")
+
+
+def _register_cross_entropy(name: str) -> None:
+    """cross_entropy's ops: lab::cross_entropy_<variant>(logits, target, weight, scale, ignore_index, *, loss,
+    dlogits) writes into loss and dlogits and returns nothing (lab.cross_entropy's autograd is its own), and
+    lab::cross_entropy_cluster_max_cols(dtype) answers the kernel's longest row (no tensors)."""
+    if name.endswith("_max_cols"):
+        return
+    torch.library.register_fake(f"lab::{name}")(lambda *args, **kwargs: None)
+    _refuse_gradients(name, "default")
 
 
 def op_names() -> list[str]:

@@ -99,6 +99,20 @@ def test_bad_input_is_a_clear_error(v):
 
 
 @pytest.mark.parametrize("v", KERNELS, ids=lambda v: v.name)
+def test_an_option_a_kernel_lacks_is_refused_not_ignored(v):
+    """A kernel that lacks an option (the CUDA kernel: label smoothing, z-loss, soft-capping) says so and refuses
+    the call; it never returns the loss without it."""
+    logits, target, _ = OP.make_inputs(Shape(4, 33), torch.float32, DEVICE, 3)
+    for options in (CrossEntropyOptions(label_smoothing=0.1), CrossEntropyOptions(z_loss=1e-4),
+                    CrossEntropyOptions(softcap=5.0)):
+        if v.case_reason is not None and v.case_reason(logits, target, options):
+            with pytest.raises(ValueError, match="has no label smoothing, z-loss or soft-capping"):
+                v.kernel()(logits, target, options)
+        else:
+            assert check.check(v.kernel(), (logits, target, options), False, op=OP).ok
+
+
+@pytest.mark.parametrize("v", KERNELS, ids=lambda v: v.name)
 def test_the_gradient_written_into_out(v):
     """With an `out` pair the kernel writes the loss and dlogits there (the checker poisons them first)."""
     case = OP.make_inputs(Shape(5, 100), torch.float16, DEVICE, 4)

@@ -314,7 +314,7 @@ def test_cluster_stagger_out_of_range_is_refused(groups, step_ns):
 
 
 @needs_extension
-@pytest.mark.parametrize("op", [op for op in cuda_variants.CUDA_OPS if op != "softmax"])
+@pytest.mark.parametrize("op", [op for op in cuda_variants.CUDA_OPS if op not in ("softmax", "cross_entropy")])
 def test_other_operators_ops(op):
     """The other operators' ops: their schemas, and a CPU tensor rejected with a clear message."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -403,7 +403,36 @@ def test_fake_implementations():
 
 
 @needs_extension
-@pytest.mark.parametrize("name", cuda_variants.torch_op_names())
+def test_cross_entropy_ops():
+    """cross_entropy's ops write the loss per row and dlogits and return nothing: their schema, a CPU tensor and a
+    tensor that requires grad refused with clear messages, a fake kernel (torch.compile's) that returns nothing,
+    and the kernel's longest row per dtype."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cuda_variants.load_extension()
+    for name in cuda_variants.CUDA_OPS["cross_entropy"]:
+        torch_name = cuda_variants.torch_op("cross_entropy", name)
+        op = getattr(torch.ops.lab, torch_name)
+        assert str(op.default._schema) == (
+            f"lab::{torch_name}(Tensor logits, Tensor target, Tensor? weight, Tensor scale, int ignore_index, *, "
+            "Tensor(a!) loss, Tensor(b!) dlogits) -> ()")
+        logits, target = torch.randn(3, 40), torch.tensor([1, -100, 39])
+        args = (logits, target, None, torch.ones(1), -100)
+        outs = dict(loss=torch.empty(3), dlogits=torch.empty(3, 40))
+        with pytest.raises(RuntimeError, match=f"lab::{torch_name}: expected a CUDA tensor, got one on cpu"):
+            op(*args, **outs)
+        with pytest.raises(RuntimeError, match=f"lab::{torch_name} cannot be differentiated.*no backward"):
+            op(logits.requires_grad_(), *args[1:], **outs)
+        with FakeTensorMode():
+            fake = [torch.empty(t.shape, dtype=t.dtype) for t in (logits, target, torch.ones(1))]
+            assert op(fake[0], fake[1], None, fake[2], -100, loss=torch.empty(3),
+                      dlogits=torch.empty(3, 40)) is None
+    assert torch.ops.lab.cross_entropy_cluster_max_cols(torch.bfloat16) == 16 * 384 * 48 - 7
+    assert torch.ops.lab.cross_entropy_cluster_max_cols(torch.float32) == 16 * 384 * 32 - 3
+
+
+@needs_extension
+@pytest.mark.parametrize("name", [n for n in cuda_variants.torch_op_names() if not n.startswith("cross_entropy_")])
 def test_opcheck_on_meta_tensors(name):
     """torch.library.opcheck of each op and its .out on meta tensors: the schema, the fake kernel and
     the autograd registration agree without a GPU (the aliasing of real outputs is checked on the GPU)."""

@@ -196,22 +196,47 @@ def whole_row_fits(vocab: int) -> bool:
     return vocab <= FUSED_MAX_V
 
 
+def cuda_takes(logits: torch.Tensor, dx: torch.Tensor | None, smoothing: float, z_loss: float,
+               softcap: float | None) -> bool:
+    """Whether the lab's entry runs the CUDA cluster kernel (csrc/cross_entropy/cluster.cu): rows longer than the
+    fused kernel holds and no longer than a cluster holds, dlogits written beside the logits, the options it takes,
+    the extension built with it, a Hopper GPU or newer."""
+    vocab = logits.shape[1]
+    if (vocab <= FUSED_MAX_V or dx is None or dx is logits or smoothing or z_loss or softcap is not None
+            or logits.device.type != "cuda" or not hasattr(torch.ops.lab, "cross_entropy_cluster")):
+        return False
+    if torch.cuda.get_device_capability(logits.device)[0] < 9:
+        return False
+    return vocab <= torch.ops.lab.cross_entropy_cluster_max_cols(logits.dtype)
+
+
+def reduction_scale(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str
+                    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(the mean's denominator, or None; the factor c of every row's gradient, one float32 on the device): PyTorch's
+    denominator, the counted rows or the sum of their targets' class weights, in torch ops that trace (no sync)."""
+    if reduction != "mean":
+        return None, torch.ones(1, dtype=torch.float32, device=target.device)
+    counted = target != ignore_index
+    targets_w = counted.float() if weight is None else torch.where(counted, weight.float()[target.clamp(0)], 0.0)
+    denominator = targets_w.sum()
+    return denominator, (1.0 / denominator).reshape(1)
+
+
 def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str,
          smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None, whole_row: bool,
-         wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+         wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None, cuda: bool = False
+         ) -> torch.Tensor:
     """The loss (reduced), with dlogits written into dx unless dx is None: the kernel, and the reduction's
     denominator before it, in torch ops that trace (no sync). wrap: how the kernel is launched (traceable in an
-    op)."""
+    op); cuda: the CUDA cluster kernel (torch.ops.lab.cross_entropy_cluster: dx given and not the logits, no label
+    smoothing, z-loss or soft-capping) instead of the Triton one."""
     rows, vocab = logits.shape
-    counted = target != ignore_index
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    if reduction == "mean":
-        targets_w = counted.float() if weight is None else torch.where(counted, weight.float()[target.clamp(0)], 0.0)
-        denominator = targets_w.sum()
-        scale = (1.0 / denominator).reshape(1)
-    else:
-        denominator, scale = None, torch.ones(1, dtype=torch.float32, device=logits.device)
-    if logits.numel():
+    denominator, scale = reduction_scale(target, weight, ignore_index, reduction)
+    if logits.numel() and cuda:
+        torch.ops.lab.cross_entropy_cluster(logits, target, None if weight is None else weight.float().contiguous(),
+                                            scale, ignore_index, loss=loss_rows, dlogits=dx)
+    elif logits.numel():
         block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
                             if whole_row else launch_config(vocab, logits.element_size()))
         programs = rows
@@ -224,24 +249,27 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
             HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None, WRITE_GRAD=dx is not None,
             num_warps=num_warps)
     else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
-        loss_rows = torch.where(counted, float("nan"), 0.0)
+        loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
     if reduction == "none":
         return loss_rows
     return loss_rows.sum() if denominator is None else loss_rows.sum() / denominator
 
 
 def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
-                          name: str = "triton.looped") -> tuple[torch.Tensor, torch.Tensor]:
+                          name: str = "triton.looped", cuda: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, dlogits) of the options' cross-entropy (lab/operators/cross_entropy.py's CrossEntropyOptions: any
     object with ignore_index, reduction, label_smoothing, z_loss, softcap and weight); out: a (loss, dlogits) pair
     to write into."""
     check_inputs(logits, target, options.weight, name)
+    if cuda and (options.label_smoothing or options.z_loss or options.softcap is not None):
+        raise ValueError(f"{name}: the CUDA kernel has no label smoothing, z-loss or soft-capping (the Triton "
+                         "kernel's)")
     if whole_row and logits.shape[1] > FUSED_MAX_V:
         raise ValueError(f"{name}: rows of {logits.shape[1]} logits exceed the {FUSED_MAX_V} that fit in one program")
     check_targets(target, logits.shape[1], options.ignore_index, name)
     dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if out is None else out[1]
     loss = _run(logits, target, options.weight, options.ignore_index, options.reduction, options.label_smoothing,
-                options.z_loss, options.softcap, dx, whole_row)
+                options.z_loss, options.softcap, dx, whole_row, cuda=cuda)
     if out is None:
         return loss, dx
     out[0].copy_(loss)
@@ -268,7 +296,7 @@ def loss_and_grad(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     directly when not compiled (an op's Python dispatch costs host time on every call)."""
     check_inputs(logits, target, weight, "lab.cross_entropy")
     return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
-                whole_row_fits(logits.shape[1]), wrap)
+                whole_row_fits(logits.shape[1]), wrap, cuda=cuda_takes(logits, dx, label_smoothing, z_loss, softcap))
 
 
 @triton_op("lab_triton::cross_entropy", mutates_args=())

@@ -266,5 +266,48 @@ SOFTMAX_BACKWARD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
               "medium row): 1 read of each, 1 write", operator="softmax_backward", max_n=16384,
               max_n_reason="two rows must fit in one block's registers (kMaxCols in register_cached.cu)"),
 )}
+
+
+# cross_entropy: an op that writes the loss per row and dlogits and returns nothing; the reduction, the checks of the
+# targets and the options it lacks are Python's (triton_kernels/cross_entropy.py, cross_entropy_fwd_bwd).
+def build_cross_entropy_cluster():
+    load_extension()
+    if not torch.cuda.is_available():
+        raise Unavailable("compiled (lab._C); needs a GPU to run")
+    if torch.cuda.get_device_capability() < (9, 0):
+        raise Unavailable("needs thread-block clusters (compute capability 9.0 or newer)")
+    from triton_kernels.cross_entropy import cross_entropy_fwd_bwd
+
+    def cross_entropy_cluster(logits: torch.Tensor, target: torch.Tensor, options, out=None):
+        return cross_entropy_fwd_bwd(logits, target, options, out, name="cuda.cluster", cuda=True)
+
+    return cross_entropy_cluster
+
+
+def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    """Rows longer than a cluster's registers hold (the kernel's own limit, asked of the extension)."""
+    if not hasattr(torch.ops.lab, "cross_entropy_cluster_max_cols"):
+        return None  # not built: the variant is unavailable, and says so
+    longest = torch.ops.lab.cross_entropy_cluster_max_cols(dtype)
+    return f"V > {longest}: the row must fit in the registers of a cluster of 16 CTAs" if shape.n > longest else None
+
+
+def cross_entropy_cluster_options(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
+    missing = [name for name, unset in (("label_smoothing", 0.0), ("z_loss", 0.0), ("softcap", None))
+               if getattr(options, name) != unset]
+    return f"the CUDA kernel has no {', '.join(missing)} (the Triton kernel's)" if missing else None
+
+
+TORCH_OPS[("cross_entropy", "cuda.cluster")] = torch_op("cross_entropy", "cluster")
+CROSS_ENTROPY_VARIANTS = {"cluster": register(Variant(
+    op="cross_entropy", name="cuda.cluster", backend="cuda", traffic=Traffic(1, 1), writes_out=True,
+    description="a row split over a thread-block cluster (1-16 CTAs), held in registers: loss and dlogits from one "
+                "read and one write (ignore_index, the reductions, class weights)",
+    build=build_cross_entropy_cluster, shape_reason=cross_entropy_cluster_reason,
+    case_reason=cross_entropy_cluster_options,
+))}
 # Every CUDA variant by operator and name: the files csrc/<operator>/<name>.cu.
-CUDA_OPS = {"softmax": CUDA_VARIANTS, "vector_add": VECTOR_ADD_VARIANTS, "softmax_backward": SOFTMAX_BACKWARD_VARIANTS}
+CUDA_OPS = {"softmax": CUDA_VARIANTS, "vector_add": VECTOR_ADD_VARIANTS, "softmax_backward": SOFTMAX_BACKWARD_VARIANTS,
+            "cross_entropy": CROSS_ENTROPY_VARIANTS}
+
+

@@ -56,4 +56,25 @@ struct RowsGradArgs {
 };
 using RowsGradLauncher = cudaError_t (*)(const RowsGradArgs&, cudaStream_t);
 
+// cross_entropy: per row i of the logits x (rows x cols, columns contiguous), with t = target[i]:
+// loss[i] = w_t * (logsumexp(x_i) - x_it) and dx_i = *scale * w_t * (softmax(x_i) - onehot(t)), w_t = weight[t]
+// (1 where weight is null; float32, cols of them) and *scale the reduction's factor (float32, on the device). A row
+// whose target is ignore_index has loss 0 and dx 0; a target outside [0, cols) gives NaN. The bindings guarantee
+// rows >= 1, 1 <= cols <= INT32_MAX, int64 targets, float32 loss (rows), and that x and dx do not overlap.
+struct CrossEntropyArgs {
+  const void* x;
+  void* dx;
+  const int64_t* target;
+  const float* weight;
+  const float* scale;
+  float* loss;
+  int64_t rows;
+  int64_t cols;
+  int64_t x_row_stride;
+  int64_t dx_row_stride;
+  int64_t ignore_index;
+  DType dtype;
+};
+using CrossEntropyLauncher = cudaError_t (*)(const CrossEntropyArgs&, cudaStream_t);
+
 }  // namespace lab
