@@ -53,7 +53,7 @@ LAB_VECTOR_ADD_VARIANTS(LAB_DECLARE_VECTOR_ADD)
 LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DECLARE_SOFTMAX_BACKWARD)
 LAB_CROSS_ENTROPY_VARIANTS(LAB_DECLARE_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
-int64_t cross_entropy_cluster_max_cols(DType dtype);  // csrc/cross_entropy/cluster.cu's limit
+int64_t cross_entropy_cluster_max_cols(DType dtype, int64_t cluster);  // csrc/cross_entropy/cluster.cu's limit
 #endif
 #undef LAB_DECLARE_CROSS_ENTROPY
 #undef LAB_DECLARE_SOFTMAX_BACKWARD
@@ -226,9 +226,11 @@ TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DEF_SOFTMAX_BACKWARD)
   LAB_CROSS_ENTROPY_VARIANTS(LAB_DEF_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
-  m.def("cross_entropy_cluster_max_cols(ScalarType dtype) -> int", [](at::ScalarType type) {
-    return lab::cross_entropy_cluster_max_cols(type == at::kFloat ? lab::DType::kFloat32 : lab::DType::kBFloat16);
-  });
+  m.def("cross_entropy_cluster_max_cols(ScalarType dtype, int cluster=16) -> int",
+        [](at::ScalarType type, int64_t cluster) {
+          return lab::cross_entropy_cluster_max_cols(type == at::kFloat ? lab::DType::kFloat32 : lab::DType::kBFloat16,
+                                                     cluster);
+        });
 #endif
 #ifdef LAB_HAS_SOFTMAX
   LAB_DEF_SOFTMAX(softmax)  // auto (csrc/softmax/dispatch/auto.cu)

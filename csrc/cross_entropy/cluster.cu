@@ -21,7 +21,8 @@
 // less one element), clusters of C in a grid of one cluster per row (up to the grid's limit; clusters then loop
 // over rows). Cluster sizes above 8 use the non-portable cluster size attribute.
 // Limits: V <= kMaxCluster * kThreads * kElemsPerThread<T> less a pack's elements but one: 294905 16-bit logits,
-// 196605 float32 ones (cross_entropy_cluster_max_cols; torch.ops.lab.cross_entropy_cluster_max_cols tells Python);
+// 196605 float32 ones (cross_entropy_cluster_max_cols, for any cluster size: torch.ops.lab.cross_entropy_cluster_max_cols
+// tells Python);
 // past that the launcher refuses with cudaErrorInvalidValue. Any rows (64-bit offsets), any row strides; dlogits rows as far past a 16-byte boundary
 // as the logits' rows are written in whole packs, others element by element. Options: ignore_index, the
 // reductions (through c) and class weights; label smoothing, z-loss and soft-capping are the Triton kernel's.
@@ -261,8 +262,10 @@ cudaError_t launch(const CrossEntropyArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-int64_t cross_entropy_cluster_max_cols(DType dtype) {
-  return dtype == DType::kFloat32 ? kMaxCols<float> : kMaxCols<__nv_bfloat16>;
+int64_t cross_entropy_cluster_max_cols(DType dtype, int64_t cluster) {
+  const int64_t c = std::min<int64_t>(std::max<int64_t>(cluster, 1), kMaxCluster);
+  return dtype == DType::kFloat32 ? c * kThreads * kElemsPerThread<float> - (kPack<float> - 1)
+                                  : c * kThreads * kElemsPerThread<__nv_bfloat16> - (kPack<__nv_bfloat16> - 1);
 }
 
 cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream) {
