@@ -54,6 +54,7 @@ LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DECLARE_SOFTMAX_BACKWARD)
 LAB_CROSS_ENTROPY_VARIANTS(LAB_DECLARE_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
 int64_t cross_entropy_cluster_max_cols(DType dtype, int64_t cluster);  // csrc/cross_entropy/cluster.cu's limit
+cudaError_t cross_entropy_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);  // cluster.cu too
 #endif
 #undef LAB_DECLARE_CROSS_ENTROPY
 #undef LAB_DECLARE_SOFTMAX_BACKWARD
@@ -205,6 +206,21 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
                  x.size(1));
 }
 
+#ifdef LAB_HAS_CROSS_ENTROPY
+// lab.cross_entropy's backward: g scaled in place by the loss's gradient (one float32, or one per row).
+void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
+  const char* op = "cross_entropy_scale_rows_";
+  check_rows(g, op);
+  TORCH_CHECK(scale.device() == g.device() && scale.scalar_type() == at::kFloat &&
+                  (scale.numel() == 1 || (scale.dim() == 1 && scale.size(0) == g.size(0))),
+              "lab::", op, ": expected scale to be one float32, or one per row, on ", g.device());
+  if (g.numel() == 0) return;
+  const ScaleRowsArgs args{g.data_ptr(), scale.data_ptr<float>(), g.size(0), g.size(1), g.stride(0),
+                           scale.numel() == 1 ? 0 : scale.stride(0), to_lab_dtype(g, op)};
+  launch_checked(cross_entropy_scale_rows, args, g, op, "cross_entropy/cluster", g.size(1));
+}
+#endif
+
 }  // namespace
 }  // namespace lab
 
@@ -226,6 +242,7 @@ TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DEF_SOFTMAX_BACKWARD)
   LAB_CROSS_ENTROPY_VARIANTS(LAB_DEF_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
+  m.def("cross_entropy_scale_rows_(Tensor(a!) g, Tensor scale) -> ()");
   m.def("cross_entropy_cluster_max_cols(ScalarType dtype, int cluster=16) -> int",
         [](at::ScalarType type, int64_t cluster) {
           return lab::cross_entropy_cluster_max_cols(type == at::kFloat ? lab::DType::kFloat32 : lab::DType::kBFloat16,
@@ -275,17 +292,24 @@ TORCH_LIBRARY(lab, m) {
            lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, scale, ignore_index, loss, dx, \
                                                              "cross_entropy_" #name);                \
          });
+#ifdef LAB_HAS_CROSS_ENTROPY
+#define LAB_IMPL_SCALE_ROWS m.impl("cross_entropy_scale_rows_", &lab::cross_entropy_scale_rows_);
+#else
+#define LAB_IMPL_SCALE_ROWS
+#endif
 #define LAB_IMPL_ALL                                                                                \
   LAB_SOFTMAX_VARIANTS(LAB_IMPL_SOFTMAX)                                                            \
   LAB_VECTOR_ADD_VARIANTS(LAB_IMPL_VECTOR_ADD)                                                      \
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_IMPL_SOFTMAX_BACKWARD)                                          \
   LAB_CROSS_ENTROPY_VARIANTS(LAB_IMPL_CROSS_ENTROPY)                                                \
+  LAB_IMPL_SCALE_ROWS                                                                               \
   LAB_IMPL_AUTO
 TORCH_LIBRARY_IMPL(lab, CUDA, m) { LAB_IMPL_ALL }
 // On CPU tensors the same entry points run their validation, which rejects them with a clear
 // message instead of the dispatcher's list of backends.
 TORCH_LIBRARY_IMPL(lab, CPU, m) { LAB_IMPL_ALL }
 #undef LAB_IMPL_ALL
+#undef LAB_IMPL_SCALE_ROWS
 #undef LAB_IMPL_CROSS_ENTROPY
 #undef LAB_IMPL_AUTO
 #undef LAB_IMPL_SOFTMAX_BACKWARD

@@ -77,4 +77,16 @@ struct CrossEntropyArgs {
 };
 using CrossEntropyLauncher = cudaError_t (*)(const CrossEntropyArgs&, cudaStream_t);
 
+// cross_entropy's backward: g (rows x cols, columns contiguous) scaled in place, row i by scale[i * scale_stride]
+// (float32; stride 0 for one scale of every row); rows whose scale is 1 are left as they are.
+struct ScaleRowsArgs {
+  void* g;
+  const float* scale;
+  int64_t rows;
+  int64_t cols;
+  int64_t g_row_stride;
+  int64_t scale_stride;
+  DType dtype;
+};
+
 }  // namespace lab
