@@ -10,6 +10,7 @@ options and the length, else streamed twice by the Triton kernel (triton_kernels
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -24,10 +25,10 @@ def _ops():
         import triton_kernels.cross_entropy as kernels
         from lab.ops import ExtensionUnavailable, load_extension
 
-        try:
-            load_extension()  # the CUDA cluster kernel, where the extension is built
-        except ExtensionUnavailable:
-            pass  # the Triton kernels alone (triton_kernels.cross_entropy.cuda_takes says which runs)
+        # The CUDA cluster kernel where the extension is built; else the Triton kernels alone
+        # (triton_kernels.cross_entropy.cuda_takes says which runs).
+        with contextlib.suppress(ExtensionUnavailable):
+            load_extension()
         _LOADED.append(kernels)
     return _LOADED[0]
 

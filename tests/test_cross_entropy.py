@@ -167,10 +167,10 @@ def test_lab_cross_entropy_matches_pytorch(dtype, vocab, inplace):
             want_loss, want_grad = torch_loss_and_grad(logits, t, up, **options)
             loss, grad = lab_loss_and_grad(logits, t, up, inplace=inplace, **options)
             assert loss.dtype == torch.float32 and loss.shape == want_loss.shape
-            torch.testing.assert_close(loss, want_loss, rtol=2e-5, atol=2e-5, msg=lambda m: f"{options}: {m}")
+            torch.testing.assert_close(loss, want_loss, rtol=2e-5, atol=2e-5, msg=lambda m, o=options: f"{o}: {m}")
             assert grad.dtype == dtype
             tol = dict(rtol=1e-4, atol=1e-7) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
-            torch.testing.assert_close(grad.float(), want_grad.float(), **tol, msg=lambda m: f"{options}: {m}")
+            torch.testing.assert_close(grad.float(), want_grad.float(), **tol, msg=lambda m, o=options: f"{o}: {m}")
 
 
 @pytest.mark.gpu

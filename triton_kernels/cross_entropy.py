@@ -145,7 +145,7 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
             below = tl.where(w_row != 0.0, w_row * (row_max - z_row), 0.0)
         else:
             n_chunks = tl.cdiv(n_cols, BLOCK)
-            if not WRITE_GRAD:
+            if not WRITE_GRAD:  # noqa: SIM102  a constexpr test, then a run-time one (Triton keeps them apart)
                 if smoothing == 0.0:  # the loss alone: no second pass
                     n_chunks = 0
             for i in tl.range(0, n_chunks):  # the last chunk first: the most recently read, the likeliest in L2

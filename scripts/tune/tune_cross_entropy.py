@@ -21,8 +21,8 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lab import bench  # noqa: E402
-from lab.operators.cross_entropy import DEFAULT, make_inputs  # noqa: E402
 from lab.inputs import Shape  # noqa: E402
+from lab.operators.cross_entropy import DEFAULT, make_inputs  # noqa: E402
 from triton_kernels import cross_entropy as ce  # noqa: E402
 
 
@@ -59,7 +59,7 @@ def main() -> None:
             nbytes = 2 * logits.numel() * logits.element_size()
             calls, want = {}, None
             for name, (whole_row, config) in launches(vocab, sms).items():
-                def call(whole_row=whole_row, config=config):
+                def call(whole_row=whole_row, config=config, logits=logits, target=target):
                     dx = torch.empty_like(logits)
                     return ce._run(logits, target, None, DEFAULT.ignore_index, "mean", 0.0, 0.0, None, dx,
                                    whole_row, config=config), dx
@@ -71,13 +71,14 @@ def main() -> None:
                     continue
                 if want is None:
                     want = got
-                elif not (torch.allclose(got[0], want[0], rtol=1e-4) and torch.allclose(got[1].float(), want[1].float(), rtol=1e-2, atol=1e-6)):
+                elif not (torch.allclose(got[0], want[0], rtol=1e-4)
+                          and torch.allclose(got[1].float(), want[1].float(), rtol=1e-2, atol=1e-6)):
                     print(f"{dtype_name} {args.rows}x{vocab} {name}: differs from the default launch")
                     continue
                 calls[name] = call
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
             dst = torch.empty_like(src)
-            calls["copy"] = lambda: dst.copy_(src)
+            calls["copy"] = lambda dst=dst, src=src: dst.copy_(src)
             timings = bench.time_rounds(calls, device, rep_ms=args.rep, rounds=3, host_check=False)
             copy = bench.gbps(nbytes, timings["copy"].median_ms)
             ranked = sorted(((bench.gbps(nbytes, t.median_ms), n) for n, t in timings.items() if n != "copy"),
