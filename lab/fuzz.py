@@ -1,6 +1,7 @@
-"""Randomized differential testing of the softmax variants against float64 torch.softmax.
+"""Randomized differential testing of the softmax variants against float64 torch.softmax (and, with --op
+cross_entropy, of the cross-entropy variants against their float64 reference).
 
-    python -m lab.fuzz [--cases 10000] [--seed 0] [--only NAMES] [--skip NAMES] [--max-elements E]
+    python -m lab.fuzz [--op cross_entropy] [--cases 10000] [--seed 0] [--only NAMES] [--skip NAMES] [--max-elements E]
     python -m lab.fuzz --seed S --case K --only NAME      # one case again: what a failure prints
 
 Each case is drawn from a seeded generator: M from 0 to large (within --max-elements), N from 1 to
@@ -12,6 +13,10 @@ huge magnitudes, all-equal rows, tiny magnitudes. Every variant that can take a 
 NaN-poisoned output and is compared with the reference as the lab checks (lab/check.py); every
 tenth float32 case also compares the gradient through the variant with float64's (a variant that records
 no gradient fails it). A mismatch prints the one-line command that reproduces it.
+cross_entropy's cases are the same logits (but for "huge" ones: magnitudes near the dtype's largest overflow any
+float32 loss, PyTorch's too), with targets drawn from the vocabulary (one row in eight ignored) and options drawn
+from the operator's (the defaults in most cases, else a reduction, label smoothing, z-loss, soft-capping, class
+weights, another ignore_index, or several); a variant that lacks a case's options skips it (case_reason).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from lab.inputs import Shape, irregular, make_input
 from lab.registry import Unavailable, Variant, dtype_name, variants
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OPERATORS = ("softmax", "cross_entropy")
 KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf rows", "+inf", "NaN", "huge",
          "all equal", "tiny")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
@@ -80,7 +86,7 @@ def variant_thresholds(vs: list[Variant]) -> list[int]:
     return sorted(out)
 
 
-def draw(seed: int, index: int, ns: list[int], max_elements: int, max_n: int) -> Case:
+def draw(seed: int, index: int, ns: list[int], max_elements: int, max_n: int, kinds: tuple[str, ...] = KINDS) -> Case:
     rng = random.Random(seed * 1_000_003 + index)
     n = rng.choice(ns) if rng.random() < 0.7 else rng.randint(1, max_n)
     n = min(n, max_n)
@@ -89,7 +95,7 @@ def draw(seed: int, index: int, ns: list[int], max_elements: int, max_n: int) ->
     m = min(m, budget)
     stride = n if rng.random() < 0.7 else n + rng.choice([1, 3, 8, rng.randint(1, 64)])
     offset = 0 if rng.random() < 0.75 else rng.choice([1, 2, 3, 5, 7])
-    return Case(seed, index, m, n, stride, offset, dtype_name(rng.choice(DTYPES)), rng.choice(KINDS))
+    return Case(seed, index, m, n, stride, offset, dtype_name(rng.choice(DTYPES)), rng.choice(kinds))
 
 
 def make(case: Case, device: torch.device | str) -> torch.Tensor:
@@ -125,16 +131,38 @@ def make(case: Case, device: torch.device | str) -> torch.Tensor:
     return view
 
 
+def cross_entropy_inputs(case: Case, logits: torch.Tensor) -> tuple:
+    """cross_entropy's inputs for a case: its logits, targets and options, drawn from the case's seed."""
+    from lab.operators.cross_entropy import CrossEntropyOptions
+
+    rng = random.Random(case.seed * 1_000_003 + case.index + 1)
+    g = torch.Generator(device="cpu").manual_seed(case.seed * 1_000_003 + case.index + 1)
+    options = rng.choice([{}, {}, {}, dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1),
+                          dict(z_loss=1e-4), dict(softcap=30.0), dict(weight=True), dict(ignore_index=0),
+                          dict(reduction="none", label_smoothing=0.05, z_loss=1e-4, softcap=15.0, weight=True)])
+    if options.pop("weight", False):
+        options["weight"] = torch.rand(case.n, generator=g).add(0.25).to(logits.device)
+    options = CrossEntropyOptions(**options)
+    target = torch.randint(0, case.n, (case.m,), generator=g)
+    target[torch.rand(case.m, generator=g) < 0.125] = options.ignore_index
+    return logits, target.to(logits.device), options
+
+
+CROSS_ENTROPY_KINDS = tuple(k for k in KINDS if k != "huge")
+
+
 def case_shape(case: Case) -> Shape:
     """The Shape of make(case), without making it."""
     return Shape(case.m, case.n, None if case.m == 0 or case.stride == case.n else case.stride)
 
 
-def run_case(v: Variant, case: Case, x: torch.Tensor, ref: torch.Tensor, op) -> str | None:
-    """None if the variant matches the reference on this case (and its gradient, where checked)."""
+def run_case(v: Variant, case: Case, x: torch.Tensor | tuple, ref, op) -> str | None:
+    """None if the variant matches the reference on this case (and its gradient, where checked: softmax's)."""
     res = check.check(v.kernel(), x, v.writes_out, ref, op=op)
     if not res.ok:
         return res.summary()
+    if op.name != "softmax":
+        return None
     if case.index % 10 == 0 and case.dtype == "float32" and case.m and math.isfinite(x.float().abs().sum()):
         return gradient_mismatch(v.kernel(), x, seed=case.seed * 1_000_003 + case.index)
     return None
@@ -207,15 +235,16 @@ def compiled_backward_mismatches(v: Variant, cases: list[tuple[torch.dtype, int]
 
 
 def cases(seed: int, count: int, ns: list[int], max_elements: int, max_n: int,
-          only: int | None = None, start: int = 0) -> Iterator[Case]:
+          only: int | None = None, start: int = 0, kinds: tuple[str, ...] = KINDS) -> Iterator[Case]:
     indices = [only] if only is not None else range(start, start + count)
     for i in indices:
-        yield draw(seed, i, ns, max_elements, max_n)
+        yield draw(seed, i, ns, max_elements, max_n, kinds)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.fuzz", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", choices=OPERATORS, default="softmax", help="the operator whose variants run")
     p.add_argument("--cases", type=int, default=1000, help="cases per run (default 1000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--start", type=int, default=0, metavar="K",
@@ -233,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     quiet_third_party()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    op = operators.get("softmax")
-    chosen = variants("softmax", patterns=args.only, skip=args.skip)
+    op = operators.get(args.op)
+    chosen = variants(args.op, patterns=args.only, skip=args.skip)
     runnable = []
     for v in chosen:
         reason = v.unavailable_on(device)
@@ -249,18 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     counts = {v.name: {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []} for v in runnable}
     # A case is drawn from the seed, its index, and the limits: a repro names the limits that are not the defaults.
     drawn_as = (f" --max-elements {args.max_elements}" if args.max_elements != DEFAULT_MAX_ELEMENTS else "") + \
-        (f" --max-n {args.max_n}" if args.max_n != MAX_N else "")
+        (f" --max-n {args.max_n}" if args.max_n != MAX_N else "") + (f" --op {args.op}" if args.op != "softmax" else "")
 
     def save(done: int) -> None:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"seed": args.seed, "start": args.start, "cases": done, "asked": args.cases,
+            args.json.write_text(json.dumps({"op": args.op, "seed": args.seed, "start": args.start, "cases": done,
+                                             "asked": args.cases,
                                              "device": str(device), "per_shape_cases": args.per_shape_cases,
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 
     start = time.perf_counter()
+    kinds = CROSS_ENTROPY_KINDS if args.op == "cross_entropy" else KINDS
     for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
-                                         args.start)):
+                                         args.start, kinds)):
         # Which variants take the case is known before its input is made: a case none of them takes (a run
         # --only the variants limited to some shapes) costs no input and no reference.
         shape = case_shape(case)
@@ -275,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
                 takers.append(v)
         x = make(case, device) if takers else None
         assert x is None or Shape.of(x) == shape, (Shape.of(x), shape)
-        ref = op.reference(x) if takers else None
+        if x is not None and op.name == "cross_entropy":
+            x = cross_entropy_inputs(case, x)
+            for v in [v for v in takers if v.case_reason is not None and v.case_reason(*x)]:
+                takers.remove(v)
+                counts[v.name]["skipped"] += 1
+        ref = op.reference(*(x if isinstance(x, tuple) else (x,))) if takers else None
         for v in takers:
             c = counts[v.name]
             try:

@@ -41,6 +41,20 @@ def test_report_layout(tmp_path):
     assert "| initcheck | 0 |" in md
     assert "| `cuda.cluster` | pass | FAIL |" in md and "schema mismatch" in md
     assert "## Bad input" in md and "## Large tensors" in md
+    assert "cross_entropy" not in md, "a run without the cross_entropy fuzz says nothing of it"
+
+
+def test_the_cross_entropy_fuzz_has_its_own_section(tmp_path):
+    data = {"environment": {"commit": "abc123", "gpu": "NVIDIA H100", "date": "2026-11-27"},
+            "sections": list(trust.SECTIONS),
+            "fuzz_cross_entropy": {"op": "cross_entropy", "cases": 500, "seed": 0, "per_shape_cases": 200,
+                                   "variants": {"cuda.cluster": {"cases": 300, "skipped": 200, "not drawn": 0,
+                                                                 "mismatches": []}}}}
+    path = tmp_path / "trust.md"
+    trust.write_markdown(data, path)
+    md = path.read_text()
+    assert "## Randomized differential testing: cross_entropy" in md and "targets and options drawn" in md
+    assert "| `cuda.cluster` | 300 | 200 | 0 | 0 |" in md
 
 
 def test_needs_a_gpu():

@@ -155,7 +155,16 @@ def cross_entropy_traffic(dtype: torch.dtype) -> Traffic:
     return Traffic(1 + 4 * w, 4 * w + 1)
 
 
-CROSS_ENTROPY = dict(op="cross_entropy", backend="torch", runs_on_cpu=True)
+def ignored_rows_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
+    """PyTorch's autograd gives NaN in an ignored row that holds a NaN or an infinity (0 times the NaN of its
+    log-softmax); the lab defines that row's gradient as zero (lab/operators/cross_entropy.py)."""
+    ignored = target == options.ignore_index
+    if logits.numel() and bool((~logits[ignored].isfinite()).any()):
+        return "an ignored row holds NaN or an infinity: PyTorch's gradient there is NaN (the lab defines 0)"
+    return None
+
+
+CROSS_ENTROPY = dict(op="cross_entropy", backend="torch", runs_on_cpu=True, case_reason=ignored_rows_reason)
 register(Variant(
     name="torch.cross_entropy",
     description="F.cross_entropy on the logits upcast to float32, forward then backward (the baseline)",

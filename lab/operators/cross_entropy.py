@@ -121,19 +121,21 @@ def framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossE
 
 def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """What each gradient element's rounding error grows with: dlogits = c_i * s'(x) * (p * (1 + 2 lambda lse) - t)
-    subtracts the target's share t from the probability p, and at a confident target (p near 1) the difference is
-    far smaller than either term: the scale is the terms' size, c_i * s'(x) * (p * (1 + 2 lambda |lse|) + t). A
-    row's loss, lse - z_y (and its smoothing and z-loss terms), cancels the same way where the target is confident
-    (a loss of 2e-4 from an lse of 5): its scale is w_i ((1 - s) (|lse| + |z_y|) + s (|lse| + mean |z|) + lambda
-    lse^2), reduced as the loss is."""
+    """What each output's rounding error grows with, per element. The gradient,
+        dz_j = c * s'(x_j) * [w_y (1 - s) (p_j - [j = y]) + s / V (p_j sum(w) - w_j) + 2 lambda lse p_j]
+    (c the reduction's factor, s the label smoothing, w the class weights, 1 without), subtracts the target's share
+    from the probability, and at a confident target (p near 1) the difference is far smaller than either term: the
+    scale is the terms' size, c * s'(x_j) * [w_y (1 - s) (p_j + [j = y]) + s / V (p_j sum(w) + w_j) + 2 lambda |lse|
+    p_j]. A row's loss, w_y (1 - s) (lse - z_y) + s / V sum_j w_j (lse - z_j) + lambda lse^2, cancels the same way
+    where the target is confident (a loss of 2e-4 from an lse of 5): its scale is the same sum of magnitudes,
+    reduced as the loss is."""
     m, v = logits.shape
     counted = target != options.ignore_index
-    w = torch.ones(m, dtype=torch.float64, device=logits.device) if options.weight is None else \
-        options.weight.double()[target.clamp(0)]
-    w = torch.where(counted, w, 0.0)
-    coef = w / w.sum() if options.reduction == "mean" else w
-    s = options.label_smoothing
+    weight = torch.ones(v, dtype=torch.float64, device=logits.device) if options.weight is None else \
+        options.weight.double()
+    w_y = torch.where(counted, weight[target.clamp(0)] if v else 0.0, 0.0)
+    c = 1.0 / w_y.sum() if options.reduction == "mean" else 1.0
+    s, lam = options.label_smoothing, options.z_loss
     grad = torch.empty(m, v, dtype=torch.float32, device=logits.device)  # a tolerance's scale: float32 will do
     row = torch.zeros(m, dtype=torch.float64, device=logits.device)
     step = max(1, SCALE_CHUNK // max(1, v))
@@ -143,17 +145,17 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
         z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
         dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
-        terms = torch.exp(z - lse).mul_(1 + 2 * options.z_loss * lse.abs()).add_(s / v)
-        on = counted[r0:r1].double().mul_(1 - s).unsqueeze(-1)
-        terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), on)
-        grad[r0:r1] = (coef[r0:r1].unsqueeze(-1) * dcap * terms).nan_to_num_(nan=0.0, posinf=0.0)
-        lse_abs = lse.squeeze(-1).abs()
-        z_y = z.gather(-1, target[r0:r1].clamp(0).unsqueeze(-1)).squeeze(-1).abs()
-        mean_z = torch.where(z.isfinite(), z.abs(), 0.0).mean(-1)
-        row[r0:r1] = (w[r0:r1] * ((1 - s) * (lse_abs + z_y) + s * (lse_abs + mean_z))
-                      + options.z_loss * lse_abs * lse_abs)
+        wy = w_y[r0:r1].unsqueeze(-1)
+        p = torch.exp(z - lse)
+        terms = p * (wy * (1 - s) + s / v * weight.sum() + 2 * lam * lse.abs()) + s / v * weight
+        terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), wy * (1 - s))
+        grad[r0:r1] = (c * counted[r0:r1].unsqueeze(-1) * dcap * terms).nan_to_num_(nan=0.0, posinf=0.0)
+        lse_abs, zabs = lse.abs(), torch.where(z.isfinite(), z.abs(), 0.0)
+        z_y = zabs.gather(-1, target[r0:r1].clamp(0).unsqueeze(-1))
+        row[r0:r1] = (wy * (1 - s) * (lse_abs + z_y) + s / v * (weight * (lse_abs + zabs)).sum(-1, keepdim=True)
+                      + lam * lse_abs * lse_abs).squeeze(-1)
     row = torch.where(counted, row, 0.0)
-    loss = row if options.reduction == "none" else row.sum() / (w.sum() if options.reduction == "mean" else 1.0)
+    loss = row if options.reduction == "none" else row.sum() * c
     return loss.nan_to_num(nan=0.0, posinf=0.0), grad
 
 
