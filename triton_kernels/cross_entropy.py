@@ -198,10 +198,12 @@ def whole_row_fits(vocab: int) -> bool:
     return vocab <= FUSED_MAX_V
 
 
-# The CUDA cluster kernel's clusters the lab's entry takes it for: up to 8 CTAs, the portable size. On an H100, rows
-# needing 14 (bfloat16 x 256000) ran at 1283 GB/s against the Triton looped kernel's 1599, rows of 3 (x 50257) at
-# 1053 against 479 (float32: 1704 against 873).
-CUDA_MAX_CLUSTER = 8
+# The CUDA cluster kernel's clusters the lab's entry takes it for: up to 5 CTAs. On an H100 (4096 rows,
+# notebook/cross-entropy-first-h100/) it was faster than the Triton looped kernel wherever its row took 2 to 5 CTAs
+# (bfloat16 x 32000: 1075 GB/s against 1042; x 50257: 1283 against 546; float32 x 50257: 1704 against 873) and
+# slower wherever it took 7 or more (bfloat16 x 128256: 1423 against 1681; x 151936: 1160 against 1476; x 256000:
+# 1293 against 1645).
+CUDA_MAX_CLUSTER = 5
 
 
 @functools.cache

@@ -1,8 +1,8 @@
 """The lab's public fast entry as a variant, `lab.auto`: `lab.softmax` (lab/__init__.py) runs, for each (dtype, N, M),
 the fastest of the lab's own CUDA and Triton variants measured on this GPU model (the dispatch table's
 lab_entries, lab/dispatch.py), and torch.ops.lab.softmax (cuda.auto) where the table names a CUDA
-variant or has no entry. Timed like the others, so that the lab's results show what its users get from
-the one call."""
+variant or has no entry. cross_entropy's `lab.auto` is `lab.cross_entropy` with its backward (lab/losses.py).
+Timed like the others, so that the lab's results show what its users get from the one call."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def build_cross_entropy():
 
 LAB_CROSS_ENTROPY = register(Variant(
     op="cross_entropy", name="lab.auto", backend="lab",
-    description="lab.cross_entropy(logits, target) and its backward, as a training step calls them: the fused kernel "
-                "where the row fits one program (1 read), else the looped one (2 reads)",
+    description="lab.cross_entropy(logits, target) and its backward, as a training step calls them: triton.fused "
+                "where the row fits one program, cuda.cluster where up to 5 CTAs hold it (1 read), else "
+                "triton.looped (2 reads)",
     build=build_cross_entropy, traffic=Traffic(2, 1),
 ))
