@@ -1,34 +1,39 @@
 // cluster: cross-entropy's loss and its gradient from one read of the logits and one write of dlogits, each row
 // split over a Hopper thread-block cluster and held in registers in between.
-// Production kernel (cuda.cluster of the cross_entropy operator; lab.cross_entropy's choice where it takes the
-// options and the row length).
+// Production kernel (cuda.cluster of the cross_entropy operator; lab.cross_entropy's choice for the rows and options
+// triton_kernels/cross_entropy.py's cuda_takes gives it). Also here: scale_rows, lab.cross_entropy's backward.
 //
 // Algorithm: a cluster of C CTAs (1 to 16, as few as hold the row) owns a row; CTA r owns the r-th of C slices of
 // whole 16-byte packs, counted from the 16-byte boundary at or below the row's start (h elements before it: a row
-// of a 50257-element vocabulary starts anywhere), each thread up to kElemsPerThread elements as float32. The
-// row's target t is read first: an ignored row writes dlogits = 0 and loss 0 and reads nothing; a target outside
-// [0, V) writes NaN. Otherwise each thread loads its packs (whole packs as 16-byte loads, the row's edges element
-// by element, -inf outside the row), takes its max m_t and replaces each element by exp(x - m_t), summing them
-// (d_t); warps merge their (m, d) by shuffles, the CTA's warps in shared memory, and the C CTAs' states are read
-// by every CTA through distributed shared memory after one cluster barrier (two state slots, alternating by row,
-// so that one barrier per row suffices). With the row's (M, D):
+// of a 50257-element vocabulary starts anywhere); each thread holds up to kElemsPerThread<T> of them, 16-bit
+// logits as the words they were loaded in (two to a register), float32 ones as floats. The row's target t is read
+// first: an ignored row writes dlogits = 0 and loss 0 and reads nothing; a target outside [0, V) writes NaN.
+// Otherwise each thread loads its packs (whole packs as 16-byte loads, the row's edges element by element, -inf
+// outside the row), takes its max m_t and the sum d_t of exp(x - m_t); warps merge their (m, d) by shuffles, the
+// CTA's warps in shared memory, and the C CTAs' states are read by every CTA through distributed shared memory
+// after one cluster barrier (two state slots, alternating by row, so that one barrier per row suffices). With the
+// row's (M, D):
 //     dlogits_j = c * w_t * (exp(x_j - M) / D - [j = t]),   loss = w_t * (log D + M - x_t)
 // c: the reduction's factor (the mean's 1 / denominator, read from the device), w_t: the target's class weight
-// (1 without). Each thread writes its elements from the registers: e_j * c w_t exp(m_t - M) / D, less c w_t at t.
+// (1 without). Each thread writes its elements from the registers, recomputing exp(x_j - M) (two exponentials an
+// element, as the softmax cluster kernel's packed path).
 // HBM sweeps per row: 1 read of the logits, 1 write of dlogits (the target, the weight and the loss: O(1)).
-// Launch: kThreads threads per CTA (two per SM at 80 registers a thread: 16-bit logits 48 a thread, float32 32; a
-// thread of 512 holding 32 spilled), C = the fewest CTAs whose registers hold the longest shifted row (V + a pack
-// less one element), clusters of C in a grid of one cluster per row (up to the grid's limit; clusters then loop
-// over rows). Cluster sizes above 8 use the non-portable cluster size attribute.
+// Launch: kThreads threads per CTA (two per SM at 80 registers a thread: 16-bit logits 48 a thread, float32 32; at
+// 512 threads, 64 registers, 16-bit rows of 32 a thread spilled 4 bytes), C = the fewest CTAs whose registers hold
+// the longest shifted row (V + a pack less one element), clusters of C in a grid of one cluster per row (up to the
+// grid's limit; clusters then loop over rows). Cluster sizes above 8 use the non-portable cluster size attribute.
 // Limits: V <= kMaxCluster * kThreads * kElemsPerThread<T> less a pack's elements but one: 294905 16-bit logits,
-// 196605 float32 ones (cross_entropy_cluster_max_cols, for any cluster size: torch.ops.lab.cross_entropy_cluster_max_cols
-// tells Python);
-// past that the launcher refuses with cudaErrorInvalidValue. Any rows (64-bit offsets), any row strides; dlogits rows as far past a 16-byte boundary
+// 196605 float32 ones (cross_entropy_cluster_max_cols, for any cluster size, which
+// torch.ops.lab.cross_entropy_cluster_max_cols tells Python); past that the launcher refuses with
+// cudaErrorInvalidValue. Any rows (64-bit offsets), any row strides; dlogits rows as far past a 16-byte boundary
 // as the logits' rows are written in whole packs, others element by element. Options: ignore_index, the
 // reductions (through c) and class weights; label smoothing, z-loss and soft-capping are the Triton kernel's.
 // sm_90 or newer.
-// Why: the Triton kernel streams a row of more than 16384 logits twice (a program holds no more), at 57-69% of a
-// copy of the same bytes on an H100 at V = 32000 to 256000; a cluster holds 262144 and reads them once.
+// Why: the Triton kernel streams a row of more than 16384 logits twice (a program holds no more), at 54-69% of a
+// copy of the same bytes on an H100 at V = 32000 to 256000 (18-35% where rows start off 16-byte boundaries); a
+// cluster holds up to 294905 and reads them once. Measured (notebook/cross-entropy-first-h100/), it is faster than
+// the Triton kernel where a row takes up to 5 CTAs and slower from 7: one cluster a row has nothing in flight while
+// it reduces, exchanges and writes, where the softmax cluster kernel's persistent grid prefetches the next rows.
 // NaN and -inf: a NaN makes D NaN, hence the row's loss and dlogits; an all -inf row has M = -inf and D = 0, so
 // both are NaN, as PyTorch's are; a -inf target logit gives an infinite loss and dlogits_t = -c w_t.
 #include <algorithm>
