@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import types
 
 import torch
@@ -156,11 +157,12 @@ def cross_entropy_traffic(dtype: torch.dtype) -> Traffic:
 
 
 def ignored_rows_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
-    """PyTorch's autograd gives NaN in an ignored row that holds a NaN or an infinity (0 times the NaN of its
-    log-softmax); the lab defines that row's gradient as zero (lab/operators/cross_entropy.py)."""
-    ignored = target == options.ignore_index
-    if logits.numel() and bool((~logits[ignored].isfinite()).any()):
-        return "an ignored row holds NaN or an infinity: PyTorch's gradient there is NaN (the lab defines 0)"
+    """PyTorch's autograd gives NaN in an ignored row whose log-softmax is NaN (0 times NaN): a row holding a NaN or
+    +inf, or only -inf; the lab defines that row's gradient as zero (lab/operators/cross_entropy.py). A row with
+    some -inf entries (a masked vocabulary) is PyTorch's as anyone's."""
+    rows = logits[target == options.ignore_index]
+    if rows.numel() and bool((rows.isnan() | rows.isposinf()).any(-1).logical_or((rows == -math.inf).all(-1)).any()):
+        return "an ignored row holds NaN, +inf or only -inf: PyTorch's gradient there is NaN (the lab defines 0)"
     return None
 
 
