@@ -144,6 +144,12 @@ def output_spec(op, ref: Outputs, dtype: torch.dtype) -> OutputSpec:
     return OutputSpec(tuple(r.shape for r in as_tuple(ref)), dtypes, isinstance(ref, tuple))
 
 
+def held_to_dtypes(op, spec: OutputSpec, dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The dtype whose tolerance each output of `spec` is held to, for inputs of `dtype`: the operator's
+    checked_as, else each output's own dtype."""
+    return op.checked_as(dtype) if op.checked_as is not None else spec.dtypes
+
+
 def run_variant(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, spec: OutputSpec | None = None
                 ) -> Outputs:
     """Call a kernel as the checker does: kernel(*inputs), or kernel(*inputs, out) into NaN-poisoned outputs of
@@ -187,7 +193,7 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
         return CheckResult(False, math.inf, math.inf, f": {len(ys)} output(s), expected {len(refs)}")
     scales = as_tuple(op.error_scale(*inputs)) if op.error_scale is not None else (None,) * len(refs)
     tolerances = op.tolerances_for(inputs[0].device)
-    held_to = op.checked_as(inputs[0].dtype) if op.checked_as is not None else spec.dtypes
+    held_to = held_to_dtypes(op, spec, inputs[0].dtype)
     results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, {d_i: tolerances[h_i]}, s_i)
                for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):

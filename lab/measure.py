@@ -65,7 +65,7 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
             for label, shape, case, row_labels, ref in cases:
                 if v.skip_reason(shape, dtype):
                     continue
-                if v.case_reason is not None and (reason := v.case_reason(*case)):
+                if reason := v.case_skip_reason(*case):
                     skipped[reason] = skipped.get(reason, 0) + 1
                     continue
                 res = check.check(r.kernel_for(case[0]), case, v.writes_out, ref, row_labels, op)
@@ -93,7 +93,7 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
                         op=op.name)
     failed = r.failed.get(dtype_name(dtype))
     if reason := ((failed and f"failed the correctness suite ({failed})") or v.skip_reason(shape, dtype)
-                  or (v.case_reason is not None and v.case_reason(*case))):
+                  or v.case_skip_reason(*case)):
         res.reason = reason
         return res, None
     try:

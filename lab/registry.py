@@ -94,6 +94,10 @@ class Variant:
     in a selection pass (lab.measure.time_point): cuda.auto builds its dispatch table from them."""
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
+    def case_skip_reason(self, *inputs) -> str | None:
+        """Why this variant cannot take these inputs beyond their shape (its case_reason), or None."""
+        return self.case_reason(*inputs) if self.case_reason is not None else None
+
     def traffic_for(self, dtype: torch.dtype) -> Traffic:
         return self.traffic(dtype) if callable(self.traffic) else self.traffic
 

@@ -91,10 +91,11 @@ def run_checked(op, label: str, fn, shape: Shape, dtype: torch.dtype) -> None:
     results checked on the CPU against op's float64 reference."""
     case = op.make_inputs(shape, dtype, "cpu", 0)
     ys = check.as_tuple(fn(*(to_gpu(t) if isinstance(t, torch.Tensor) else t for t in case)))
-    refs = check.as_tuple(op.reference(*case))
+    ref = op.reference(*case)
+    refs = check.as_tuple(ref)
     scales = check.as_tuple(op.error_scale(*case)) if op.error_scale else (None,) * len(refs)
-    spec = check.output_spec(op, op.reference(*case), dtype)
-    held = op.checked_as(dtype) if op.checked_as is not None else spec.dtypes
+    spec = check.output_spec(op, ref, dtype)
+    held = check.held_to_dtypes(op, spec, dtype)
     for y, ref, d, h, scale in zip(ys, refs, spec.dtypes, held, scales, strict=True):
         res = check.compare(y.cpu(), ref, d, None, {d: op.tolerances[h]}, scale)
         assert res.ok, (label, op.name, shape, res.summary())

@@ -293,8 +293,7 @@ def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None
 
 
 def cross_entropy_cluster_options(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
-    missing = [name for name, unset in (("label_smoothing", 0.0), ("z_loss", 0.0), ("softcap", None))
-               if getattr(options, name) != unset]
+    missing = options.extra_terms()
     return f"the CUDA kernel has no {', '.join(missing)} (the Triton kernel's)" if missing else None
 
 

@@ -39,17 +39,17 @@ def build_cross_entropy():
     if not torch.cuda.is_available():
         raise Unavailable("needs a GPU (lab.cross_entropy takes CUDA tensors)")
     import lab
+    from lab.operators.cross_entropy import loss_and_grad
+
+    def lab_loss(x: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
+        return lab.cross_entropy(x, target, ignore_index=options.ignore_index, reduction=options.reduction,
+                                 label_smoothing=options.label_smoothing, z_loss=options.z_loss,
+                                 softcap=options.softcap, weight=options.weight)
 
     def lab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
         # As a training step calls it: the loss of logits that require grad (the forward writes dlogits), then the
         # backward (which leaves dlogits as written: its upstream gradient is 1).
-        x = logits.detach().requires_grad_()
-        with torch.enable_grad():
-            loss = lab.cross_entropy(x, target, ignore_index=options.ignore_index, reduction=options.reduction,
-                                     label_smoothing=options.label_smoothing, z_loss=options.z_loss,
-                                     softcap=options.softcap, weight=options.weight)
-            (grad,) = torch.autograd.grad(loss, x, torch.ones_like(loss))
-        return loss.detach(), grad
+        return loss_and_grad(lab_loss, logits, target, options)
 
     return lab_cross_entropy
 

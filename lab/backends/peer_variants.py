@@ -139,8 +139,7 @@ register(Variant(
 
 def quack_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
     """QuACK's cross_entropy takes class weights, ignore_index and the reductions, no other option."""
-    missing = [name for name, unset in (("label_smoothing", 0.0), ("z_loss", 0.0), ("softcap", None))
-               if getattr(options, name) != unset]
+    missing = options.extra_terms()
     return f"QuACK's cross_entropy has no {', '.join(missing)}" if missing else None
 
 
@@ -158,16 +157,16 @@ def liger_cross_entropy_shape_reason(shape: Shape, dtype: torch.dtype) -> str | 
 
 def build_quack_cross_entropy() -> Kernel:
     (cross_entropy,) = _import("quack-kernels", "quack.cross_entropy", "cross_entropy")
+    from lab.operators.cross_entropy import loss_and_grad
+
+    def quack_loss(x: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
+        return cross_entropy(x, target, weight=options.weight, ignore_index=options.ignore_index,
+                             reduction=options.reduction)
 
     def quack_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
         # Its autograd Function: the forward reads the logits for the loss and each row's lse, the backward reads
         # them again and writes dlogits.
-        x = logits.detach().requires_grad_()
-        with torch.enable_grad():
-            loss = cross_entropy(x, target, weight=options.weight, ignore_index=options.ignore_index,
-                                 reduction=options.reduction)
-            (grad,) = torch.autograd.grad(loss, x, torch.ones_like(loss))
-        return loss.detach(), grad
+        return loss_and_grad(quack_loss, logits, target, options)
 
     return quack_cross_entropy
 

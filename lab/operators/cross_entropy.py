@@ -55,6 +55,12 @@ class CrossEntropyOptions:
         if self.softcap is not None and not self.softcap > 0:
             raise ValueError(f"softcap must be > 0 (or None), got {self.softcap}")
 
+    def extra_terms(self) -> list[str]:
+        """The options set that change the loss beyond class weights and the reduction, of label_smoothing, z_loss
+        and softcap: what a kernel of the plain loss (QuACK's, the lab's CUDA one) lacks."""
+        return [name for name in ("label_smoothing", "z_loss", "softcap")
+                if getattr(self, name) != getattr(DEFAULT, name)]
+
     @property
     def label(self) -> str:
         """The options that differ from the defaults, e.g. "label_smoothing=0.1, reduction=sum"."""
@@ -95,7 +101,7 @@ def loss_and_grad(loss_fn, logits: torch.Tensor, target: torch.Tensor, options: 
     x = logits.detach().requires_grad_()
     with torch.enable_grad():
         loss = loss_fn(x, target, options)
-        (grad,) = torch.autograd.grad(loss.sum(), x)
+        (grad,) = torch.autograd.grad(loss, x, torch.ones_like(loss))
     return loss.detach(), grad
 
 
