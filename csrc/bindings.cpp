@@ -53,8 +53,10 @@ LAB_VECTOR_ADD_VARIANTS(LAB_DECLARE_VECTOR_ADD)
 LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DECLARE_SOFTMAX_BACKWARD)
 LAB_CROSS_ENTROPY_VARIANTS(LAB_DECLARE_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
-int64_t cross_entropy_cluster_max_cols(DType dtype, int64_t cluster);  // csrc/cross_entropy/cluster.cu's limit
-cudaError_t cross_entropy_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);  // cluster.cu too
+int64_t cross_entropy_cluster_max_cols(DType dtype, bool aligned);  // csrc/cross_entropy/cluster.cu's limit
+cudaError_t cross_entropy_targets(const CrossEntropyTargetsArgs& args, cudaStream_t stream);  // cluster.cu too
+cudaError_t cross_entropy_reduce(const CrossEntropyReduceArgs& args, cudaStream_t stream);    // cluster.cu too
+cudaError_t cross_entropy_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);        // cluster.cu too
 #endif
 #undef LAB_DECLARE_CROSS_ENTROPY
 #undef LAB_DECLARE_SOFTMAX_BACKWARD
@@ -178,12 +180,16 @@ struct SoftmaxBackward {
   }
 };
 
-// cross_entropy's out entry: the logits' and dlogits' rows, the targets (int64, one per row), the class weights
-// (float32, one per class, or none), the reduction's factor (one float32) and the loss per row (float32).
+// cross_entropy's out entry, the operator's three steps on the current stream: the targets (the reduction's factor,
+// the first bad target), the variant's kernel (the loss per row and dlogits), the reduction (loss: the mean or the
+// sum of the rows' losses; not for "none"). check: a name to raise a ValueError with if a target is out of range
+// (the kernel writes NaN in its row and reads nothing at it): the bad target is copied to pinned memory after the
+// first step and waited for after the last is launched, so the GPU has the kernel queued while the host waits, and
+// is never left idle for a sync. No check: nothing waits (torch.compile).
 template <CrossEntropyLauncher L>
 void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,
-                       const at::Tensor& scale, int64_t ignore_index, at::Tensor& loss, at::Tensor& dx,
-                       const char* op) {
+                       int64_t ignore_index, c10::string_view reduction, const std::optional<c10::string_view>& check,
+                       at::Tensor& loss_rows, at::Tensor& dx, at::Tensor& loss, const char* op) {
   check_rows(x, op);
   check_like(x, dx, op, "logits", "dlogits");
   const auto check_aux = [&](const at::Tensor& t, at::ScalarType type, int64_t n, const char* what) {
@@ -193,17 +199,52 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
                 " elements on ", x.device(), ", got ", t.scalar_type(), " of shape ", t.sizes(), " on ", t.device());
   };
   check_aux(target, at::kLong, x.size(0), "target");
-  check_aux(loss, at::kFloat, x.size(0), "loss");
+  check_aux(loss_rows, at::kFloat, x.size(0), "loss_rows");
   if (weight.has_value()) check_aux(*weight, at::kFloat, x.size(1), "weight");
-  TORCH_CHECK(scale.device() == x.device() && scale.scalar_type() == at::kFloat && scale.numel() == 1, "lab::", op,
-              ": expected scale to be one float32 on ", x.device());
-  if (x.numel() == 0) return;
-  const CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(),
-                              weight.has_value() ? weight->data_ptr<float>() : nullptr, scale.data_ptr<float>(),
-                              loss.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), dx.stride(0), ignore_index,
-                              to_lab_dtype(x, op)};
+  TORCH_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none", "lab::", op,
+              ": reduction must be mean, sum or none, got ", reduction);
+  TORCH_CHECK(loss.device() == x.device() && loss.scalar_type() == at::kFloat && loss.numel() == 1, "lab::", op,
+              ": expected loss to be one float32 on ", x.device());
+  if (x.numel() == 0) return;  // the caller's: an empty batch's mean is NaN, its sum 0
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const auto step = [&](cudaError_t err) {
+    TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
+  };
+  at::Tensor summary = at::empty({2}, x.options().dtype(at::kFloat));
+  at::Tensor bad = at::empty({2}, x.options().dtype(at::kLong));
+  const bool mean = reduction == "mean";
+  const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
+  step(cross_entropy_targets({target.data_ptr<int64_t>(), w, x.size(0), x.size(1), ignore_index, mean,
+                              summary.data_ptr<float>(), bad.data_ptr<int64_t>()}, stream));
+  at::Tensor seen;
+  struct Event {  // destroyed however the function leaves
+    cudaEvent_t e = nullptr;
+    ~Event() {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+  } landed;
+  if (check.has_value()) {
+    seen = at::empty({2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    step(cudaMemcpyAsync(seen.data_ptr(), bad.data_ptr(), 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+    step(cudaEventCreateWithFlags(&landed.e, cudaEventDisableTiming));
+    step(cudaEventRecord(landed.e, stream));
+  }
+  const CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(), w,
+                              summary.data_ptr<float>() + 1, loss_rows.data_ptr<float>(), x.size(0), x.size(1),
+                              x.stride(0), dx.stride(0), ignore_index, to_lab_dtype(x, op)};
   launch_checked(L, args, x, op, (std::string("cross_entropy/") + (op + sizeof("cross_entropy_") - 1)).c_str(),
                  x.size(1));
+  if (reduction != "none") {
+    step(cross_entropy_reduce({loss_rows.data_ptr<float>(), x.size(0), summary.data_ptr<float>(), mean,
+                               loss.data_ptr<float>()}, stream));
+  }
+  if (check.has_value()) {
+    step(cudaEventSynchronize(landed.e));
+    const int64_t* found = seen.data_ptr<int64_t>();
+    TORCH_CHECK_VALUE(found[0] < 0, *check, ": a target is out of range (", found[1], ", row ", found[0],
+                      "): targets must be in [0, ", x.size(1), ") or ignore_index (", ignore_index, ")");
+  }
 }
 
 #ifdef LAB_HAS_CROSS_ENTROPY
@@ -234,8 +275,8 @@ void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
   m.def("softmax_backward_" #name "(Tensor y, Tensor dy) -> Tensor");                               \
   m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_CROSS_ENTROPY(name)                                                                 \
-  m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, Tensor scale, int ignore_index, *, " \
-        "Tensor(a!) loss, Tensor(b!) dlogits) -> ()");
+  m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, " \
+        "str? check, *, Tensor(a!) loss_rows, Tensor(b!) dlogits, Tensor(c!) loss) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
@@ -243,10 +284,10 @@ TORCH_LIBRARY(lab, m) {
   LAB_CROSS_ENTROPY_VARIANTS(LAB_DEF_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
   m.def("cross_entropy_scale_rows_(Tensor(a!) g, Tensor scale) -> ()");
-  m.def("cross_entropy_cluster_max_cols(ScalarType dtype, int cluster=16) -> int",
-        [](at::ScalarType type, int64_t cluster) {
+  m.def("cross_entropy_cluster_max_cols(ScalarType dtype, bool aligned=True) -> int",
+        [](at::ScalarType type, bool aligned) {
           return lab::cross_entropy_cluster_max_cols(type == at::kFloat ? lab::DType::kFloat32 : lab::DType::kBFloat16,
-                                                     cluster);
+                                                     aligned);
         });
 #endif
 #ifdef LAB_HAS_SOFTMAX
@@ -288,9 +329,10 @@ TORCH_LIBRARY(lab, m) {
 #define LAB_IMPL_CROSS_ENTROPY(name)                                                                \
   m.impl("cross_entropy_" #name,                                                                    \
          [](const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,  \
-            const at::Tensor& scale, int64_t ignore_index, at::Tensor& loss, at::Tensor& dx) {         \
-           lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, scale, ignore_index, loss, dx, \
-                                                             "cross_entropy_" #name);                \
+            int64_t ignore_index, c10::string_view reduction, std::optional<c10::string_view> check,  \
+            at::Tensor& loss_rows, at::Tensor& dx, at::Tensor& loss) {                                  \
+           lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, ignore_index, reduction, check, \
+                                                             loss_rows, dx, loss, "cross_entropy_" #name); \
          });
 #ifdef LAB_HAS_CROSS_ENTROPY
 #define LAB_IMPL_SCALE_ROWS m.impl("cross_entropy_scale_rows_", &lab::cross_entropy_scale_rows_);

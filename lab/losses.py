@@ -84,18 +84,17 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     if vocab > 1 and rows.stride(1) != 1:
         rows = rows.contiguous()
     flat = target.reshape(-1)
-    if not torch.compiler.is_compiling():
-        kernels.check_targets(flat, vocab, ignore_index, "lab.cross_entropy")
     args = (ignore_index, reduction, float(label_smoothing), float(z_loss), softcap)
     wants_grad = torch.is_grad_enabled() and logits.requires_grad
+    check = not torch.compiler.is_compiling()  # a target out of range: an error eagerly, a NaN row when compiled
     if inplace:
-        loss = _InPlace.apply(rows, flat, weight, *args)
+        loss = _InPlace.apply(rows, flat, weight, *args, check)
     elif torch.compiler.is_compiling():
         loss = torch.ops.lab_triton.cross_entropy(rows, flat, weight, *args, wants_grad)[0]
     elif wants_grad:
         loss = _Eager.apply(rows, flat, weight, *args)
     else:
-        loss = kernels.loss_and_grad(rows, flat, weight, *args, None)
+        loss = kernels.loss_and_grad(rows, flat, weight, *args, None, check=True)
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
@@ -105,9 +104,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rows, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
-        dx = torch.empty_like(rows, memory_format=torch.contiguous_format)
+        dx = _ops().rows_like(rows)
         loss = _ops().loss_and_grad(rows, target, weight, ignore_index, reduction, label_smoothing, z_loss,
-                                        softcap, dx)
+                                        softcap, dx, check=True)
         ctx.save_for_backward(dx)
         return loss
 
@@ -123,9 +122,9 @@ class _InPlace(torch.autograd.Function):
     (autograd, not this function, raises if anything saved the logits for its own backward)."""
 
     @staticmethod
-    def forward(ctx, rows, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
+    def forward(ctx, rows, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, check):
         loss = torch.ops.lab_triton.cross_entropy_(rows, target, weight, ignore_index, reduction, label_smoothing,
-                                                   z_loss, softcap)
+                                                   z_loss, softcap, check)
         ctx.save_for_backward(rows)
         return loss
 
@@ -133,5 +132,5 @@ class _InPlace(torch.autograd.Function):
     def backward(ctx, grad_loss):
         (dlogits,) = ctx.saved_tensors
         torch.ops.lab_triton.scale_rows_(dlogits, grad_loss)
-        return (dlogits,) + (None,) * 7
+        return (dlogits,) + (None,) * 8
 

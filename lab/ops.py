@@ -56,7 +56,7 @@ def load_extension() -> None:
 def _register_cross_entropy(name: str) -> None:
     """cross_entropy's ops: lab::cross_entropy_<variant>(logits, target, weight, scale, ignore_index, *, loss,
     dlogits) writes into loss and dlogits and returns nothing (lab.cross_entropy's autograd is its own), and
-    lab::cross_entropy_cluster_max_cols(dtype) answers the kernel's longest row (no tensors)."""
+    lab::cross_entropy_cluster_max_cols(dtype, aligned) answers the kernel's longest row (no tensors)."""
     if name.endswith("_max_cols"):
         return
     torch.library.register_fake(f"lab::{name}")(lambda *args, **kwargs: None)

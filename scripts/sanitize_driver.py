@@ -59,9 +59,27 @@ SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3,
 CASES = {"softmax": SHAPES}
 for op_name in CUDA_OPS:
     CASES.setdefault(op_name, list(operators.get(op_name).edge_shapes))
-# cross_entropy's cluster kernel: every cluster size, rows on and off 16-byte boundaries, its longest rows.
-CASES["cross_entropy"] += [Shape(3, 16385), Shape(2, 32001), Shape(3, 50257), Shape(2, 100000, 100008),
-                           Shape(2, 151936), Shape(2, 196605), Shape(2, 255999), Shape(2, 294905)]
+# cross_entropy's cluster kernel: each of its kernels (a launch shape, rows on or off 16-byte boundaries) at its
+# longest row, in a cluster of one CTA and of several, in every dtype (the row lengths of bfloat16's tables, which
+# float16 shares; float32's own). Rows on boundaries: a padded row stride where N is not whole packs; off them: an
+# odd N, or a row stride one element longer.
+def cross_entropy_cluster_cases() -> list[Shape]:
+    from lab.backends.cuda_variants import cross_entropy_cluster_launches
+
+    shapes = []
+    for dtype, pack in ((torch.bfloat16, 8), (torch.float32, 4)):
+        for aligned in (True, False):
+            longest = {}
+            for (shape, cluster, _), n in cross_entropy_cluster_launches(dtype, aligned, 2).items():
+                longest[shape, cluster > 1] = max(n, longest.get((shape, cluster > 1), 0))
+            for n in sorted(longest.values()):
+                stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
+                shapes.append(Shape(2, n, None if stride == n else stride))
+    return shapes
+
+
+if "cross_entropy" in CASES and hasattr(torch.ops.lab, "cross_entropy_cluster"):
+    CASES["cross_entropy"] += cross_entropy_cluster_cases()
 
 def to_gpu(t: torch.Tensor) -> torch.Tensor:
     """t on the GPU with its layout: the whole buffer it views is copied (host to device), padding too."""

@@ -120,6 +120,40 @@ def test_the_gradient_written_into_out(v):
     assert check.check(v.kernel(), case, True, op=OP).ok
 
 
+# --- the CUDA kernel at each launch of its tables (on the GPU) --------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("aligned", [True, False], ids=["on-boundaries", "off-boundaries"])
+def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
+    """cuda.cluster against float64 at the longest row of every launch its tables give (softmax's cluster plans, one
+    per shape, cluster size and grid), rows on 16-byte boundaries (a padded row stride) and off them (odd lengths or
+    a start one element in), each with special rows (-inf entries, a row of -inf, +inf, NaN, 1e4), ignored rows, and
+    the mean, then class weights with the sum."""
+    from lab.inputs import special_input
+
+    (v,) = [v for v in KERNELS if v.name == "cuda.cluster"] or [None]
+    if v is None:
+        pytest.skip("cuda.cluster is not available here")
+    pack = 16 // torch.empty(0, dtype=dtype).element_size()
+    from lab.backends.cuda_variants import cross_entropy_cluster_launches
+
+    for n in cross_entropy_cluster_launches(dtype, aligned, 16).values():
+        x, labels = special_input(n, dtype, "cuda", n)
+        stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
+        start = 0 if aligned or n % pack else 1
+        buf = torch.full((x.shape[0] * stride + start,), math.nan, dtype=dtype, device="cuda")
+        logits = buf[start:start + x.shape[0] * stride].view(x.shape[0], stride)[:, :n]
+        logits.copy_(x)
+        target = torch.randint(0, n, (x.shape[0],), device="cuda")
+        target[::5] = DEFAULT.ignore_index
+        weight = torch.rand(n, device="cuda") + 0.5
+        for options in (DEFAULT, CrossEntropyOptions(reduction="sum", weight=weight)):
+            res = check.check(v.kernel(), (logits, target, options), True, row_labels=labels, op=OP)
+            assert res.ok, f"{x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
+
+
 # --- lab.cross_entropy, the product's entry (CUDA tensors: on the GPU) ---------------------------------------------
 
 
@@ -192,7 +226,7 @@ def test_lab_cross_entropy_bad_input_is_a_clear_error():
 
     logits = torch.randn(4, 33, device="cuda", requires_grad=True)
     target = torch.tensor([1, 2, 33, -100], device="cuda")
-    with pytest.raises(ValueError, match="a target is out of range \\(33\\)"):
+    with pytest.raises(ValueError, match="a target is out of range \\(33, row 2\\)"):
         lab.cross_entropy(logits, target)
     with pytest.raises(TypeError, match="int64 targets"):
         lab.cross_entropy(logits, target.int())
@@ -210,9 +244,11 @@ def test_lab_cross_entropy_bad_input_is_a_clear_error():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("vocab", [1000, 50257])
-def test_lab_cross_entropy_compiles_fullgraph(vocab):
-    """torch.compile(fullgraph=True) of a loss through lab.cross_entropy, forward and backward, as eager; a target
-    out of range, which nothing checks on the host there, makes its row NaN and reads nothing out of bounds."""
+@pytest.mark.parametrize("smoothing", [0.05, 0.0])
+def test_lab_cross_entropy_compiles_fullgraph(vocab, smoothing):
+    """torch.compile(fullgraph=True) of a loss through lab.cross_entropy, forward and backward, as eager (Triton's
+    kernels; without label smoothing at 50257, the CUDA kernel); a target out of range, which nothing checks on the
+    host there, makes its row NaN and reads nothing out of bounds."""
     import lab
 
     torch._dynamo.reset()
@@ -220,7 +256,7 @@ def test_lab_cross_entropy_compiles_fullgraph(vocab):
     target = torch.randint(0, vocab, (48,), device="cuda")
 
     def step(x, t):
-        return lab.cross_entropy(x * 2.0, t, label_smoothing=0.05) * 3.0
+        return lab.cross_entropy(x * 2.0, t, label_smoothing=smoothing) * 3.0
 
     eager_loss, eager_grad = lab_step(step, logits, target)
     compiled = torch.compile(step, fullgraph=True)
@@ -231,6 +267,10 @@ def test_lab_cross_entropy_compiles_fullgraph(vocab):
     bad[3] = vocab + 5
     rows = torch.compile(lambda x, t: lab.cross_entropy(x, t, reduction="none"), fullgraph=True)(logits, bad)
     assert rows[3].isnan() and rows[torch.arange(48, device="cuda") != 3].isfinite().all()
+    x = logits.detach().clone().requires_grad_()  # with the gradient: the CUDA kernel at 50257
+    rows = torch.compile(lambda x, t: lab.cross_entropy(x, t, reduction="none"), fullgraph=True)(x, bad)
+    rows.sum().backward()
+    assert rows[3].isnan() and x.grad[3].isnan().all() and x.grad[torch.arange(48, device="cuda") != 3].isfinite().all()
 
 
 def lab_step(fn, logits, target):

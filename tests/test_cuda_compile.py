@@ -404,9 +404,9 @@ def test_fake_implementations():
 
 @needs_extension
 def test_cross_entropy_ops():
-    """cross_entropy's ops write the loss per row and dlogits and return nothing: their schema, a CPU tensor and a
-    tensor that requires grad refused with clear messages, a fake kernel (torch.compile's) that returns nothing,
-    and the kernel's longest row per dtype."""
+    """cross_entropy's ops write the loss per row, dlogits and the reduced loss, and return nothing: their schema, a
+    CPU tensor and a tensor that requires grad refused with clear messages, a fake kernel (torch.compile's) that
+    returns nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cuda_variants.load_extension()
@@ -414,21 +414,34 @@ def test_cross_entropy_ops():
         torch_name = cuda_variants.torch_op("cross_entropy", name)
         op = getattr(torch.ops.lab, torch_name)
         assert str(op.default._schema) == (
-            f"lab::{torch_name}(Tensor logits, Tensor target, Tensor? weight, Tensor scale, int ignore_index, *, "
-            "Tensor(a!) loss, Tensor(b!) dlogits) -> ()")
+            f"lab::{torch_name}(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, "
+            "str? check, *, Tensor(a!) loss_rows, Tensor(b!) dlogits, Tensor(c!) loss) -> ()")
         logits, target = torch.randn(3, 40), torch.tensor([1, -100, 39])
-        args = (logits, target, None, torch.ones(1), -100)
-        outs = dict(loss=torch.empty(3), dlogits=torch.empty(3, 40))
+        args = (logits, target, None, -100, "mean", "test")
+        outs = dict(loss_rows=torch.empty(3), dlogits=torch.empty(3, 40), loss=torch.empty(()))
         with pytest.raises(RuntimeError, match=f"lab::{torch_name}: expected a CUDA tensor, got one on cpu"):
             op(*args, **outs)
         with pytest.raises(RuntimeError, match=f"lab::{torch_name} cannot be differentiated.*no backward"):
             op(logits.requires_grad_(), *args[1:], **outs)
         with FakeTensorMode():
-            fake = [torch.empty(t.shape, dtype=t.dtype) for t in (logits, target, torch.ones(1))]
-            assert op(fake[0], fake[1], None, fake[2], -100, loss=torch.empty(3),
-                      dlogits=torch.empty(3, 40)) is None
-    assert torch.ops.lab.cross_entropy_cluster_max_cols(torch.bfloat16) == 16 * 384 * 48 - 7
-    assert torch.ops.lab.cross_entropy_cluster_max_cols(torch.float32) == 16 * 384 * 32 - 3
+            fake = [torch.empty(t.shape, dtype=t.dtype) for t in (logits, target)]
+            assert op(fake[0], fake[1], None, -100, "mean", None, loss_rows=torch.empty(3),
+                      dlogits=torch.empty(3, 40), loss=torch.empty(())) is None
+
+
+@needs_extension
+def test_cross_entropy_cluster_limits():
+    """The CUDA cross-entropy kernel takes rows as long as softmax's cluster launch tables keep resident, up to its
+    kMaxCols (262144): rows on 16-byte boundaries all the way, rows off them up to the shifted tables' first
+    streaming entry. A table that names a shape the kernel is not compiled for would shorten these (kShapes32 and
+    kShapes16 in csrc/cross_entropy/cluster.cu)."""
+    cuda_variants.load_extension()
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        assert torch.ops.lab.cross_entropy_cluster_max_cols(dtype, True) == 262144, dtype
+        plan = torch.ops.lab_tune.cluster_plan
+        streams = next(n for n in range(1, 2**19)
+                       if min(plan(n, dtype, 4096, False)[0], plan(n, dtype, 1, False)[0]) < 0)
+        assert torch.ops.lab.cross_entropy_cluster_max_cols(dtype, False) == min(streams - 1, 262144), dtype
 
 
 @needs_extension

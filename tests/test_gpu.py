@@ -549,10 +549,10 @@ def test_cluster_shifted_rows(n, dtype):
     x, off = _odd_rows(rows, n, dtype)
     for t, resident in ((x, plan[0] >= 0), (off, False)):
         names = [k for k in _launched_kernels(lambda t=t: torch.ops.lab.cluster(t)) if "cluster_" in k]
-        kernel = "cluster_resident_softmax_kernel" if resident else "cluster_streaming_softmax_kernel"
+        kernel = "cluster_rows_kernel" if resident else "cluster_streaming_softmax_kernel"
         assert len(names) == 1 and kernel in names[0], f"N={n} plan {list(plan)}: launched {names}"
         if resident:
-            # <T, THREADS, ELEMS, STAGES, PACKED, SHIFTED, ONE_ROW>: SHIFTED is the sixth template argument
+            # <T, THREADS, ELEMS, STAGES, PACKED, SHIFTED, ONE_ROW, LOSS>: SHIFTED is the sixth template argument
             assert names[0].split(">")[0].split(", ")[5] == "true", f"not the shifted kernel: {names[0]}"
         res = check.check(torch.ops.lab.cluster, t, False, SOFTMAX.reference(t))
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} {'shifted' if resident else 'streaming'}: {res.summary()}"

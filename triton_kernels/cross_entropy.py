@@ -184,75 +184,129 @@ def check_inputs(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
         raise ValueError(f"{name}: weight must be a floating-point tensor of shape ({vocab},) on {logits.device}")
 
 
-def check_targets(target: torch.Tensor, vocab: int, ignore_index: int, name: str) -> None:
-    """Every target in [0, vocab) or ignore_index: one device sync."""
-    bad = target[(target != ignore_index) & ((target < 0) | (target >= vocab))]  # the sync: bad's size
-    if bad.numel():
-        raise ValueError(f"{name}: a target is out of range ({bad[0].item()}): targets must be in [0, {vocab}) or "
-                         f"ignore_index ({ignore_index})")
-
-
 def whole_row_fits(vocab: int) -> bool:
     """Whether a row of `vocab` logits is held in one program (the fused kernel), the choice of the lab's entry:
     at every length it can take, the fused kernel reads the row once where the looped one reads it twice."""
     return vocab <= FUSED_MAX_V
 
 
-# The CUDA cluster kernel's clusters the lab's entry takes it for: up to 5 CTAs. On an H100 (4096 rows,
-# notebook/cross-entropy-first-h100/) it was faster than the Triton looped kernel wherever its row took 2 to 5 CTAs
-# (bfloat16 x 32000: 1075 GB/s against 1042; x 50257: 1283 against 546; float32 x 50257: 1704 against 873) and
-# slower wherever it took 7 or more (bfloat16 x 128256: 1423 against 1681; x 151936: 1160 against 1476; x 256000:
-# 1293 against 1645).
-CUDA_MAX_CLUSTER = 5
+PACK_BYTES = 16  # the CUDA kernel moves whole 16-byte packs of a row, starting at the 16-byte boundary below it
+
+
+def rows_like(logits: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of the logits' shape whose rows lie as the logits' rows do: the same row stride and as far
+    past a 16-byte boundary (storage is allocated on such a boundary), so that the CUDA kernel moves whole packs
+    of both; a contiguous tensor for contiguous logits."""
+    rows, vocab = logits.shape
+    stride = logits.stride(0) if rows > 1 else vocab
+    if stride == vocab and logits.storage_offset() * logits.element_size() % PACK_BYTES == 0:
+        return torch.empty_like(logits, memory_format=torch.contiguous_format)
+    shift = logits.storage_offset() % (PACK_BYTES // logits.element_size())
+    buf = logits.new_empty(shift + max(rows - 1, 0) * stride + vocab)
+    return buf.as_strided((rows, vocab), (stride, 1), shift)
+
+
+def rows_match(logits: torch.Tensor, dx: torch.Tensor) -> bool:
+    """Whether dlogits' rows lie as the logits' do, as rows_like lays them out (the CUDA kernel's condition)."""
+    size = logits.element_size()
+    return ((logits.storage_offset() - dx.storage_offset()) * size % PACK_BYTES == 0
+            and (logits.shape[0] <= 1 or (logits.stride(0) - dx.stride(0)) * size % PACK_BYTES == 0))
+
+
+def rows_aligned(logits: torch.Tensor) -> bool:
+    """Whether every row of the logits starts on a 16-byte boundary (storage is allocated on one)."""
+    size = logits.element_size()
+    stride = logits.stride(0) if logits.shape[0] > 1 else logits.shape[1]
+    return logits.storage_offset() * size % PACK_BYTES == 0 and stride * size % PACK_BYTES == 0
 
 
 @functools.cache
-def _cuda_longest(dtype: torch.dtype, device: int) -> int:
-    """The longest row the lab's entry gives the CUDA kernel on this device (0: none), asked once."""
+def cuda_longest(dtype: torch.dtype, aligned: bool, device: int) -> int:
+    """The longest row the CUDA kernel takes on this device (0: none), asked of the extension once: rows on 16-byte
+    boundaries (aligned) or off them, laid out as rows_like lays out dlogits."""
     if not hasattr(torch.ops.lab, "cross_entropy_cluster") or torch.cuda.get_device_capability(device)[0] < 9:
         return 0
-    return torch.ops.lab.cross_entropy_cluster_max_cols(dtype, CUDA_MAX_CLUSTER)
+    return torch.ops.lab.cross_entropy_cluster_max_cols(dtype, aligned)
 
 
 def cuda_takes(logits: torch.Tensor, dx: torch.Tensor | None, smoothing: float, z_loss: float,
                softcap: float | None) -> bool:
     """Whether the lab's entry runs the CUDA cluster kernel (csrc/cross_entropy/cluster.cu): rows longer than the
-    fused kernel holds and within CUDA_MAX_CLUSTER CTAs' registers, dlogits written beside the logits, the options
-    it takes, the extension built with it, a Hopper GPU or newer."""
+    fused kernel holds and that the CUDA kernel takes, dlogits written beside the logits (rows_like), the options it
+    takes, the extension built with it, a Hopper GPU or newer."""
     vocab = logits.shape[1]
     if (vocab <= FUSED_MAX_V or dx is None or dx is logits or smoothing or z_loss or softcap is not None
             or logits.device.type != "cuda"):
         return False
-    return vocab <= _cuda_longest(logits.dtype, logits.device.index or 0)
+    return vocab <= cuda_longest(logits.dtype, rows_aligned(logits), logits.device.index or 0)
 
 
-def reduction_scale(target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str
-                    ) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """(the mean's denominator, or None; the factor c of every row's gradient, one float32 on the device): PyTorch's
-    denominator, the counted rows or the sum of their targets' class weights, in torch ops that trace (no sync)."""
-    if reduction != "mean":
-        return None, torch.ones(1, dtype=torch.float32, device=target.device)
-    counted = target != ignore_index
-    targets_w = counted.float() if weight is None else torch.where(counted, weight.float()[target.clamp(0)], 0.0)
-    denominator = targets_w.sum()
-    return denominator, (1.0 / denominator).reshape(1)
+@triton.jit
+def targets_kernel(target_ptr, weight_ptr, summary_ptr, bad_ptr, rows, vocab, ignore_index, HAS_WEIGHT: tl.constexpr,
+                   MEAN: tl.constexpr, BLOCK: tl.constexpr):
+    """One program over the targets: summary = (the mean's denominator, the gradient's factor c): PyTorch's
+    denominator, the counted rows (neither ignored nor out of range) or the sum of their targets' class weights, and
+    c = 1 / it for the mean, else 1; bad = (the first row whose target is neither ignore_index nor in [0, vocab),
+    that target), or (-1, 0)."""
+    total = tl.zeros([BLOCK], tl.float32)
+    first = tl.full([BLOCK], rows, tl.int64)
+    for start in range(0, rows, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        inside = offs < rows
+        t = tl.load(target_ptr + offs, mask=inside, other=ignore_index)
+        counted = inside & (t != ignore_index)
+        valid = counted & (t >= 0) & (t < vocab)
+        if HAS_WEIGHT:
+            total += tl.load(weight_ptr + t, mask=valid, other=0.0).to(tl.float32)
+        else:
+            total += valid.to(tl.float32)
+        first = tl.minimum(first, tl.where(counted & ~valid, offs.to(tl.int64), rows))
+    denominator = tl.sum(total, 0)
+    tl.store(summary_ptr, denominator)
+    if MEAN:
+        tl.store(summary_ptr + 1, 1.0 / denominator)
+    else:
+        tl.store(summary_ptr + 1, 1.0)
+    row = tl.min(first, 0)
+    tl.store(bad_ptr, tl.where(row < rows, row, -1))
+    tl.store(bad_ptr + 1, tl.load(target_ptr + row, mask=row < rows, other=0))
+
+
+TARGETS_BLOCK = 1024  # targets_kernel's chunk: 8 KiB of int64 targets a step
 
 
 def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str,
          smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None, whole_row: bool,
-         wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None, cuda: bool = False
-         ) -> torch.Tensor:
-    """The loss (reduced), with dlogits written into dx unless dx is None: the kernel, and the reduction's
-    denominator before it, in torch ops that trace (no sync). wrap: how the kernel is launched (traceable in an
-    op); cuda: the CUDA cluster kernel (torch.ops.lab.cross_entropy_cluster: dx given and not the logits, no label
-    smoothing, z-loss or soft-capping) instead of the Triton one."""
+         wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None, cuda: bool = False,
+         check: str | None = None) -> torch.Tensor:
+    """The loss (reduced), with dlogits written into dx unless dx is None: targets_kernel (the reduction's factor),
+    then the kernel, then the reduction. wrap: how the kernels are launched (traceable in an op); cuda: the CUDA
+    cluster kernel instead of the Triton one, its op doing the same three steps and the check in C++ (dx given and
+    not the logits, no label smoothing, z-loss or soft-capping).
+    check: a name to raise a ValueError with, after the launches, if a target is out of range (the kernels write
+    NaN in its row and read nothing at it). The check waits for targets_kernel alone, not for the kernels launched
+    after it: the GPU is not left idle while Python runs, as a sync before the launches would leave it. None: no
+    check (under torch.compile, where a bad target's row is NaN)."""
     rows, vocab = logits.shape
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    denominator, scale = reduction_scale(target, weight, ignore_index, reduction)
-    if logits.numel() and cuda:
+    if logits.numel() and cuda:  # the three steps and the check in one op (csrc/bindings.cpp, cross_entropy_out)
+        loss = torch.empty((), dtype=torch.float32, device=logits.device)
         torch.ops.lab.cross_entropy_cluster(logits, target, None if weight is None else weight.float().contiguous(),
-                                            scale, ignore_index, loss=loss_rows, dlogits=dx)
-    elif logits.numel():
+                                            ignore_index, reduction, check, loss_rows=loss_rows, dlogits=dx, loss=loss)
+        return loss_rows if reduction == "none" else loss
+    summary = torch.empty(2, dtype=torch.float32, device=logits.device)
+    bad = torch.empty(2, dtype=torch.int64, device=logits.device)
+    wrap(targets_kernel)[(1,)](target, weight if weight is not None else summary, summary, bad, rows, vocab,
+                               ignore_index, HAS_WEIGHT=weight is not None, MEAN=reduction == "mean",
+                               BLOCK=TARGETS_BLOCK)
+    scale = summary[1:]
+    if check is not None:
+        seen = torch.empty(2, dtype=torch.int64, pin_memory=logits.is_cuda)
+        seen.copy_(bad, non_blocking=True)
+        landed = torch.cuda.Event() if logits.is_cuda else None
+        if landed is not None:
+            landed.record()
+    if logits.numel():
         block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
                             if whole_row else launch_config(vocab, logits.element_size()))
         programs = rows
@@ -266,9 +320,15 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
             num_warps=num_warps)
     else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
         loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
+    if check is not None:
+        if landed is not None:
+            landed.synchronize()
+        if seen[0] >= 0:
+            raise ValueError(f"{check}: a target is out of range ({seen[1].item()}, row {seen[0].item()}): targets "
+                             f"must be in [0, {vocab}) or ignore_index ({ignore_index})")
     if reduction == "none":
         return loss_rows
-    return loss_rows.sum() if denominator is None else loss_rows.sum() / denominator
+    return loss_rows.sum() / summary[0] if reduction == "mean" else loss_rows.sum()
 
 
 def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
@@ -282,12 +342,13 @@ def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, o
                          "kernel's)")
     if whole_row and logits.shape[1] > FUSED_MAX_V:
         raise ValueError(f"{name}: rows of {logits.shape[1]} logits exceed the {FUSED_MAX_V} that fit in one program")
-    check_targets(target, logits.shape[1], options.ignore_index, name)
-    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if out is None else out[1]
+    dx = rows_like(logits) if out is None or (cuda and not rows_match(logits, out[1])) else out[1]
     loss = _run(logits, target, options.weight, options.ignore_index, options.reduction, options.label_smoothing,
-                options.z_loss, options.softcap, dx, whole_row, cuda=cuda)
+                options.z_loss, options.softcap, dx, whole_row, cuda=cuda, check=name)
     if out is None:
         return loss, dx
+    if dx is not out[1]:  # an `out` whose rows lie otherwise than the logits': the CUDA kernel wrote beside it
+        out[1].copy_(dx)
     out[0].copy_(loss)
     return out
 
@@ -306,13 +367,15 @@ def cross_entropy_looped(logits: torch.Tensor, target: torch.Tensor, options, ou
 
 def loss_and_grad(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
                   reduction: str, label_smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None,
-                  wrap=lambda kernel: kernel) -> torch.Tensor:
+                  wrap=lambda kernel: kernel, check: bool = False) -> torch.Tensor:
     """The loss, dlogits written into dx (None: not written; the logits themselves: over them), with the kernel the
     lab's entry takes for the row length (whole_row_fits). The ops below run it traced; lab.cross_entropy runs it
-    directly when not compiled (an op's Python dispatch costs host time on every call)."""
+    directly when not compiled (an op's Python dispatch costs host time on every call). check: raise for a target
+    out of range (_run; not under torch.compile)."""
     check_inputs(logits, target, weight, "lab.cross_entropy")
     return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
-                whole_row_fits(logits.shape[1]), wrap, cuda=cuda_takes(logits, dx, label_smoothing, z_loss, softcap))
+                whole_row_fits(logits.shape[1]), wrap, cuda=cuda_takes(logits, dx, label_smoothing, z_loss, softcap),
+                check="lab.cross_entropy" if check else None)
 
 
 @triton_op("lab_triton::cross_entropy", mutates_args=())
@@ -321,7 +384,7 @@ def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.T
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, dlogits): dlogits of the loss written by the same kernel where with_grad, else an empty tensor (the
     loss alone reads the logits once and writes nothing of their size)."""
-    dx = torch.empty_like(logits, memory_format=torch.contiguous_format) if with_grad else None
+    dx = rows_like(logits) if with_grad else None
     loss = loss_and_grad(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
                          traceable)
     return loss, dx if dx is not None else logits.new_empty(0)
@@ -330,10 +393,11 @@ def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.T
 @triton_op("lab_triton::cross_entropy_", mutates_args=("logits",))
 def cross_entropy_inplace_op(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
                              ignore_index: int, reduction: str, label_smoothing: float, z_loss: float,
-                             softcap: float | None) -> torch.Tensor:
-    """The loss, with dlogits written over the logits (each element read before it is written, by one program)."""
+                             softcap: float | None, check: bool = False) -> torch.Tensor:
+    """The loss, with dlogits written over the logits (each element read before it is written, by one program).
+    check: raise for a target out of range (eagerly; the logits then hold what the kernel wrote, NaN in that row)."""
     return loss_and_grad(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, logits,
-                         traceable)
+                         traceable, check)
 
 
 def _setup_context(ctx, inputs, output):

@@ -284,24 +284,49 @@ def build_cross_entropy_cluster():
     return cross_entropy_cluster
 
 
+def _too_long(vocab: int, dtype: torch.dtype, aligned: bool) -> str | None:
+    longest = torch.ops.lab.cross_entropy_cluster_max_cols(dtype, aligned)
+    if vocab <= longest:
+        return None
+    return (f"V > {longest} for rows {'on' if aligned else 'off'} 16-byte boundaries: the launch tables keep no "
+            "longer row in a cluster's registers")
+
+
 def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None:
-    """Rows longer than a cluster's registers hold (the kernel's own limit, asked of the extension)."""
+    """Rows longer than the kernel takes (its own limit, asked of the extension), for rows as the suite lays
+    them out: contiguous or with the shape's row stride, from the start of their storage."""
     if not hasattr(torch.ops.lab, "cross_entropy_cluster_max_cols"):
         return None  # not built: the variant is unavailable, and says so
-    longest = torch.ops.lab.cross_entropy_cluster_max_cols(dtype)
-    return f"V > {longest}: the row must fit in the registers of a cluster of 16 CTAs" if shape.n > longest else None
+    size = torch.empty(0, dtype=dtype).element_size()
+    return _too_long(shape.n, dtype, ((shape.stride or shape.n) * size) % 16 == 0)
+
+
+def cross_entropy_cluster_launches(dtype: torch.dtype, aligned: bool, rows: int) -> dict[tuple[int, int, int], int]:
+    """The longest row of each distinct launch, (shape, cluster size, persistent), that softmax's cluster launch
+    tables give rows of up to the CUDA cross-entropy kernel's longest, for `rows` rows on 16-byte boundaries or
+    off them: the lengths that run every one of its launches (the GPU tests', the sanitizers')."""
+    load_extension()
+    launches = {}
+    for n in range(1, torch.ops.lab.cross_entropy_cluster_max_cols(dtype, aligned) + 1):
+        launches[tuple(torch.ops.lab_tune.cluster_plan(n, dtype, rows, aligned)[:3])] = n
+    return launches
 
 
 def cross_entropy_cluster_options(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
-    missing = options.extra_terms()
-    return f"the CUDA kernel has no {', '.join(missing)} (the Triton kernel's)" if missing else None
+    """The options it lacks, and rows longer than it takes where they lie (the randomized test's offsets)."""
+    from triton_kernels.cross_entropy import rows_aligned
+
+    if missing := options.extra_terms():
+        return f"the CUDA kernel has no {', '.join(missing)} (the Triton kernel's)"
+    return _too_long(logits.shape[1], logits.dtype, rows_aligned(logits))
 
 
 TORCH_OPS[("cross_entropy", "cuda.cluster")] = torch_op("cross_entropy", "cluster")
 CROSS_ENTROPY_VARIANTS = {"cluster": register(Variant(
     op="cross_entropy", name="cuda.cluster", backend="cuda", traffic=Traffic(1, 1), writes_out=True,
-    description="a row split over a thread-block cluster (1-16 CTAs), held in registers: loss and dlogits from one "
-                "read and one write (ignore_index, the reductions, class weights)",
+    description="softmax's cluster kernel writing the loss and dlogits: a row split over a thread-block cluster "
+                "(1-16 CTAs) by its launch tables, held in registers, one read and one write (ignore_index, the "
+                "reductions, class weights)",
     build=build_cross_entropy_cluster, shape_reason=cross_entropy_cluster_reason,
     case_reason=cross_entropy_cluster_options,
 ))}

@@ -57,7 +57,7 @@ def build_cross_entropy():
 LAB_CROSS_ENTROPY = register(Variant(
     op="cross_entropy", name="lab.auto", backend="lab",
     description="lab.cross_entropy(logits, target) and its backward, as a training step calls them: triton.fused "
-                "where the row fits one program, cuda.cluster where up to 5 CTAs hold it (1 read), else "
-                "triton.looped (2 reads)",
+                "where the row fits one program, else cuda.cluster where it takes the row and the options (1 read), "
+                "else triton.looped (2 reads)",
     build=build_cross_entropy, traffic=Traffic(2, 1),
 ))

@@ -77,6 +77,29 @@ struct CrossEntropyArgs {
 };
 using CrossEntropyLauncher = cudaError_t (*)(const CrossEntropyArgs&, cudaStream_t);
 
+// cross_entropy's targets, before its kernel: summary = (the mean's denominator: the counted rows' class weights, or
+// their number; the gradient's factor c: 1 / the denominator for the mean, else 1), bad = (the first row whose target
+// is neither ignore_index nor in [0, cols), that target), or (-1, 0). weight: float32, cols of them, or null.
+struct CrossEntropyTargetsArgs {
+  const int64_t* target;
+  const float* weight;
+  int64_t rows;
+  int64_t cols;
+  int64_t ignore_index;
+  bool mean;
+  float* summary;
+  int64_t* bad;
+};
+
+// cross_entropy's reduction, after its kernel: loss = the sum of the rows' losses, divided by summary[0] for the mean.
+struct CrossEntropyReduceArgs {
+  const float* loss_rows;
+  int64_t rows;
+  const float* summary;
+  bool mean;
+  float* loss;
+};
+
 // cross_entropy's backward: g (rows x cols, columns contiguous) scaled in place, row i by scale[i * scale_stride]
 // (float32; stride 0 for one scale of every row); rows whose scale is 1 are left as they are.
 struct ScaleRowsArgs {

@@ -84,10 +84,12 @@ __device__ __forceinline__ float fragment_max(const uint32_t (&w)[P][kPackWords]
 // allows, else subtract and exponentiate; two sums, one per half of a word, for independent instructions.
 // keep(k, i, e) (optional) receives word i of pack k's two exponentials (elements 2i and 2i + 1 of the
 // pack), called in order: k ascending, and for each k, i = 0 to kPackWords - 1.
+// EXACT: never folded, for a sum whose logarithm is a result (cross-entropy's loss: the fold's exponent error,
+// up to |shift| 2^-24, is a relative error of D that a near-zero loss, log D with D near 1, would carry whole).
 struct KeepNone {
   __device__ __forceinline__ void operator()(int, int, float2) const {}
 };
-template <typename T, int P, typename Keep = KeepNone>
+template <typename T, int P, typename Keep = KeepNone, bool EXACT = false>
 __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWords], float shift, Keep keep = {}) {
   static_assert(sizeof(T) == 2, "two 16-bit elements per word");
   float d0 = 0.0f, d1 = 0.0f;
@@ -104,7 +106,7 @@ __device__ __forceinline__ float fragment_exp_sum(const uint32_t (&w)[P][kPackWo
       }
     }
   };
-  if (foldable(shift)) {
+  if (!EXACT && foldable(shift)) {
     const float c = shift * kLog2e;
     sum([c](float x) { return fast_exp2_fma(x, c); });
   } else {
