@@ -154,6 +154,29 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
             assert res.ok, f"{x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [1000, 50257], ids=["triton", "cuda"])
+def test_the_kernels_capture_into_a_cuda_graph(vocab):
+    """The kernels' entries in a CUDA graph (the check of the targets, which waits, is left out of a capture): a
+    replay on new logits gives what a call gives."""
+    from triton_kernels.cross_entropy import cross_entropy_fwd_bwd
+
+    x = torch.randn(64, vocab, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, vocab, (64,), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the warm-up (Triton's compilation) outside the capture
+        cross_entropy_fwd_bwd(x, t, DEFAULT, cuda=vocab > 16384)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = cross_entropy_fwd_bwd(x, t, DEFAULT, cuda=vocab > 16384)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    want = cross_entropy_fwd_bwd(x, t, DEFAULT, cuda=vocab > 16384)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 # --- lab.cross_entropy, the product's entry (CUDA tensors: on the GPU) ---------------------------------------------
 
 

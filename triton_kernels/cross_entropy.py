@@ -198,8 +198,9 @@ def rows_like(logits: torch.Tensor) -> torch.Tensor:
     past a 16-byte boundary (storage is allocated on such a boundary), so that the CUDA kernel moves whole packs
     of both; a contiguous tensor for contiguous logits."""
     rows, vocab = logits.shape
-    stride = logits.stride(0) if rows > 1 else vocab
-    if stride == vocab and logits.storage_offset() * logits.element_size() % PACK_BYTES == 0:
+    stride = logits.stride(0)  # even of one row: the kernel's test of the rows' places reads it
+    if (stride == vocab and logits.storage_offset() * logits.element_size() % PACK_BYTES == 0) or (
+            rows > 1 and stride < vocab):  # rows that overlap (an expanded tensor): dlogits' may not
         return torch.empty_like(logits, memory_format=torch.contiguous_format)
     shift = logits.storage_offset() % (PACK_BYTES // logits.element_size())
     buf = logits.new_empty(shift + max(rows - 1, 0) * stride + vocab)
@@ -210,14 +211,13 @@ def rows_match(logits: torch.Tensor, dx: torch.Tensor) -> bool:
     """Whether dlogits' rows lie as the logits' do, as rows_like lays them out (the CUDA kernel's condition)."""
     size = logits.element_size()
     return ((logits.storage_offset() - dx.storage_offset()) * size % PACK_BYTES == 0
-            and (logits.shape[0] <= 1 or (logits.stride(0) - dx.stride(0)) * size % PACK_BYTES == 0))
+            and (logits.stride(0) - dx.stride(0)) * size % PACK_BYTES == 0)
 
 
 def rows_aligned(logits: torch.Tensor) -> bool:
     """Whether every row of the logits starts on a 16-byte boundary (storage is allocated on one)."""
     size = logits.element_size()
-    stride = logits.stride(0) if logits.shape[0] > 1 else logits.shape[1]
-    return logits.storage_offset() * size % PACK_BYTES == 0 and stride * size % PACK_BYTES == 0
+    return logits.storage_offset() * size % PACK_BYTES == 0 and logits.stride(0) * size % PACK_BYTES == 0
 
 
 @functools.cache
@@ -236,7 +236,7 @@ def cuda_takes(logits: torch.Tensor, dx: torch.Tensor | None, smoothing: float, 
     takes, the extension built with it, a Hopper GPU or newer."""
     vocab = logits.shape[1]
     if (vocab <= FUSED_MAX_V or dx is None or dx is logits or smoothing or z_loss or softcap is not None
-            or logits.device.type != "cuda"):
+            or logits.device.type != "cuda" or not rows_match(logits, dx)):
         return False
     return vocab <= cuda_longest(logits.dtype, rows_aligned(logits), logits.device.index or 0)
 
@@ -286,8 +286,10 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
     check: a name to raise a ValueError with, after the launches, if a target is out of range (the kernels write
     NaN in its row and read nothing at it). The check waits for targets_kernel alone, not for the kernels launched
     after it: the GPU is not left idle while Python runs, as a sync before the launches would leave it. None: no
-    check (under torch.compile, where a bad target's row is NaN)."""
+    check (under torch.compile and in a CUDA graph's capture, where a bad target's row is NaN)."""
     rows, vocab = logits.shape
+    if check is not None and logits.is_cuda and torch.cuda.is_current_stream_capturing():
+        check = None  # a CUDA graph being captured: nothing may wait, and the replays check nothing either
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
     if logits.numel() and cuda:  # the three steps and the check in one op (csrc/bindings.cpp, cross_entropy_out)
         loss = torch.empty((), dtype=torch.float32, device=logits.device)
