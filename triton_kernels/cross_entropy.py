@@ -10,16 +10,17 @@ target's logit z_y (one load); the lanes merge into lse. Then
     dz_j = c * cap'(x_j) * [w_y (1 - s) (p_j - [j = y]) + s / V (p_j sum w - w_j) + 2 lambda lse p_j]
 
 with p_j = exp(z_j - lse), s the label smoothing, w the class weights (1 without), lambda the z-loss and c the
-reduction's factor (1 / the mean's denominator, computed from the targets beforehand). fused holds the whole row
-in registers (block = next power of two of V) and writes dz from them; looped streams the row in chunks twice.
+reduction's factor (1 / the mean's denominator, computed from the targets beforehand by targets_kernel, one
+program, which also finds the first target out of range). fused holds the whole row in registers (block = next
+power of two of V) and writes dz from them; looped streams the row in chunks twice.
 
 HBM sweeps: fused reads the logits once and writes dz once (1R + 1W); looped reads them twice (2R + 1W, the second
 read last chunk first, from L2 where the row still is); the loss, targets and weights are O(M + V).
 Launch: a grid of M programs; looped's chunks and warps are triton_kernels/looped.py's launch_config.
 Limits: fused takes V <= FUSED_MAX_V (the row must fit one program's registers); looped any V. Targets must be in
-[0, V) or ignore_index: the wrapper checks them (one device sync); a target out of range that reaches the kernel
-(lab.cross_entropy under torch.compile, which checks nothing on the host) makes its row's loss and gradient NaN,
-and nothing is read at it. 64-bit row offsets; float32 arithmetic whatever the dtype.
+[0, V) or ignore_index: the wrapper raises for one after the launches, having waited for targets_kernel alone
+(_run); a target out of range that reaches the kernel unchecked (lab.cross_entropy under torch.compile or in a
+CUDA graph's capture) makes its row's loss and gradient NaN, and nothing is read at it. 64-bit row offsets; float32 arithmetic whatever the dtype.
 """
 
 import functools
