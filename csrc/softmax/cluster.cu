@@ -35,7 +35,6 @@
 namespace lab {
 namespace {
 
-
 // The launch table by row length: the first entry whose max_cols covers the row (and whose min_rows the input
 // reaches); rows longer than the last entry take the streaming path. Each entry is the shape, cluster size, grid
 // (persistent or one cluster per row) and stagger that scripts/tune/tune_cluster.py, scripts/tune/stagger.py and A/B calls
