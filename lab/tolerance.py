@@ -1,6 +1,7 @@
 """The tolerance an operator declares for a dtype (lab/check.py applies it): an element passes when
-|y - ref| <= rtol * scale + atol, atol = max(atol_rel * max|ref row|, the dtype's smallest subnormal), and the
-whole output when ||y - ref|| / ||scale|| <= norm_tol (plus the rounding of the exact answer to the dtype)."""
+|y - ref| <= rtol * scale + atol, atol = max(atol_rel * max|ref row|, the dtype's smallest subnormal, float32's
+smallest normal: check.FLUSHED), and the whole output when ||y - ref|| / ||scale|| <= norm_tol (plus the rounding
+of the exact answer to the dtype)."""
 
 from __future__ import annotations
 

@@ -282,6 +282,25 @@ def test_float16_subnormal_probabilities_rounded_right_pass_and_one_step_off_fai
     assert not check.compare((exact_rounding.double() + step).half(), ref, torch.float16).ok
 
 
+def test_results_below_float32s_smallest_normal_may_be_flushed_in_float32_and_bfloat16_only():
+    """Found by the randomized testing on the H100: the CUDA cross-entropy kernel's gradient of 2e-44 (float32) and
+    6e-39 (bfloat16) came out 0, its exponential flushing denormals, in rows whose atol was 1.4e-45 and 9e-41. Such
+    results may be 0; an error above float32's smallest normal in the same row is still caught, and float16's
+    subnormals (from 6e-8) are held to their own grid."""
+    tiny = torch.finfo(torch.float32).smallest_normal
+    ref = torch.tensor([[0.5, 0.25, 0.25], [1.4e-38, 2.2e-44, 3e-39]], dtype=torch.float64)  # a row all but flushed
+    for dtype in (torch.float32, torch.bfloat16):
+        flushed = ref.clone()
+        flushed[1, 1:] = 0.0
+        assert check.compare(flushed.to(dtype), ref, dtype).ok, dtype
+        off = ref.clone()
+        off[1, 0] += 4 * tiny
+        assert not check.compare(off.to(dtype), ref, dtype).ok, dtype
+    step = torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    sub = torch.tensor([[1e-3, 40 * step]], dtype=torch.float64)
+    assert not check.compare(torch.tensor([[1e-3, 0.0]], dtype=torch.float16), sub, torch.float16).ok
+
+
 def test_float32_tolerance_grows_with_the_summed_row_length_only_for_row_sums():
     """A float32 sum of N terms errs by about 2^-24 * sqrt(N): at N = 2^20 a uniform 3e-5 relative error
     (torch.softmax itself showed 1.1e-5 in norm) passes, 2e-4 fails; vector add sums nothing and
