@@ -1,8 +1,8 @@
 """Correctness: every variant against its operator's float64 reference on the same inputs.
 
 An element passes when |y - ref| <= rtol * scale + atol, with atol = max(atol_rel * max|ref row|,
-the dtype's smallest subnormal, float32's smallest normal: FLUSHED): tolerances scale with each row, so long rows of tiny
-probabilities are held to the same relative standard as short ones. The scale is |ref|, or what the
+the dtype's smallest subnormal, float32's smallest normal: FLUSHED): tolerances scale with each row,
+so long rows of tiny probabilities are held to the same relative standard as short ones. The scale is |ref|, or what the
 operator says the rounding error of an element grows with (softmax_backward: its terms, since dx has
 cancellation). The whole output must also satisfy ||y - ref|| / ||scale|| <= norm_tol + twice the
 error of rounding the exact answer to the output dtype (no kernel can do better than that rounding:

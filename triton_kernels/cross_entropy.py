@@ -20,7 +20,8 @@ Launch: a grid of M programs; looped's chunks and warps are triton_kernels/loope
 Limits: fused takes V <= FUSED_MAX_V (the row must fit one program's registers); looped any V. Targets must be in
 [0, V) or ignore_index: the wrapper raises for one after the launches, having waited for targets_kernel alone
 (_run); a target out of range that reaches the kernel unchecked (lab.cross_entropy under torch.compile or in a
-CUDA graph's capture) makes its row's loss and gradient NaN, and nothing is read at it. 64-bit row offsets; float32 arithmetic whatever the dtype.
+CUDA graph's capture) makes its row's loss and gradient NaN, and nothing is read at it. 64-bit row offsets;
+float32 arithmetic whatever the dtype.
 """
 
 import functools
