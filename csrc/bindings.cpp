@@ -180,6 +180,7 @@ struct SoftmaxBackward {
   }
 };
 
+#ifdef LAB_HAS_CROSS_ENTROPY
 // cross_entropy's out entry, the operator's three steps on the current stream: the targets (the reduction's factor,
 // the first bad target), the variant's kernel (the loss per row and dlogits), the reduction (loss: the mean or the
 // sum of the rows' losses; not for "none"). check: a name to raise a ValueError with if a target is out of range
@@ -247,7 +248,6 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   }
 }
 
-#ifdef LAB_HAS_CROSS_ENTROPY
 // lab.cross_entropy's backward: g scaled in place by the loss's gradient (one float32, or one per row).
 void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
   const char* op = "cross_entropy_scale_rows_";

@@ -101,10 +101,11 @@ bool takes(int64_t cols, DType dtype, bool aligned) {
 // then the block combine them in a fixed order, so that a result does not change from run to run.
 constexpr int kOneBlock = 1024;
 
-// Sum (float) and first row (int64 minimum) over the block; thread 0's values are the block's.
+// Sum (float) and first row (int64 minimum) over a block of THREADS; thread 0's values are the block's.
+template <int THREADS>
 __device__ __forceinline__ void block_sum_min(float& sum, int64_t& first) {
-  __shared__ float sums[kOneBlock / 32];
-  __shared__ long long firsts[kOneBlock / 32];
+  __shared__ float sums[THREADS / 32];
+  __shared__ long long firsts[THREADS / 32];
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, m);
@@ -113,14 +114,15 @@ __device__ __forceinline__ void block_sum_min(float& sum, int64_t& first) {
   if (threadIdx.x % 32 == 0) sums[threadIdx.x / 32] = sum, firsts[threadIdx.x / 32] = first;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kOneBlock / 32; ++w) sum += sums[w], first = min(first, static_cast<int64_t>(firsts[w]));
+    for (int w = 1; w < THREADS / 32; ++w) sum += sums[w], first = min(first, static_cast<int64_t>(firsts[w]));
   }
 }
 
-__global__ void __launch_bounds__(kOneBlock) targets_kernel(CrossEntropyTargetsArgs a) {
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) targets_kernel(CrossEntropyTargetsArgs a) {
   float total = 0.0f;
   int64_t first = a.rows;
-  for (int64_t i = threadIdx.x; i < a.rows; i += kOneBlock) {
+  for (int64_t i = threadIdx.x; i < a.rows; i += THREADS) {
     const int64_t t = a.target[i];
     if (t == a.ignore_index) continue;
     if (t < 0 || t >= a.cols) {
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(kOneBlock) targets_kernel(CrossEntropyTargetsA
       total += a.weight == nullptr ? 1.0f : a.weight[t];
     }
   }
-  block_sum_min(total, first);
+  block_sum_min<THREADS>(total, first);
   if (threadIdx.x == 0) {
     a.summary[0] = total;
     a.summary[1] = a.mean ? 1.0f / total : 1.0f;
@@ -138,11 +140,12 @@ __global__ void __launch_bounds__(kOneBlock) targets_kernel(CrossEntropyTargetsA
   }
 }
 
-__global__ void __launch_bounds__(kOneBlock) reduce_kernel(CrossEntropyReduceArgs a) {
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) reduce_kernel(CrossEntropyReduceArgs a) {
   float total = 0.0f;
   int64_t unused = 0;
-  for (int64_t i = threadIdx.x; i < a.rows; i += kOneBlock) total += a.loss_rows[i];
-  block_sum_min(total, unused);
+  for (int64_t i = threadIdx.x; i < a.rows; i += THREADS) total += a.loss_rows[i];
+  block_sum_min<THREADS>(total, unused);
   if (threadIdx.x == 0) *a.loss = a.mean ? total / a.summary[0] : total;
 }
 
@@ -202,12 +205,12 @@ cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream
 }
 
 cudaError_t cross_entropy_targets(const CrossEntropyTargetsArgs& a, cudaStream_t stream) {
-  targets_kernel<<<1, kOneBlock, 0, stream>>>(a);
+  targets_kernel<kOneBlock><<<1, kOneBlock, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 cudaError_t cross_entropy_reduce(const CrossEntropyReduceArgs& a, cudaStream_t stream) {
-  reduce_kernel<<<1, kOneBlock, 0, stream>>>(a);
+  reduce_kernel<kOneBlock><<<1, kOneBlock, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
