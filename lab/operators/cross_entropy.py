@@ -131,10 +131,12 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
         dz_j = c * s'(x_j) * [w_y (1 - s) (p_j - [j = y]) + s / V (p_j sum(w) - w_j) + 2 lambda lse p_j]
     (c the reduction's factor, s the label smoothing, w the class weights, 1 without), subtracts the target's share
     from the probability, and at a confident target (p near 1) the difference is far smaller than either term: the
-    scale is the terms' size, c * s'(x_j) * [w_y (1 - s) (p_j + [j = y]) + s / V (p_j sum(w) + w_j) + 2 lambda |lse|
-    p_j]. A row's loss, w_y (1 - s) (lse - z_y) + s / V sum_j w_j (lse - z_j) + lambda lse^2, cancels the same way
-    where the target is confident (a loss of 2e-4 from an lse of 5): its scale is the same sum of magnitudes,
-    reduced as the loss is."""
+    scale is the terms' size, c * s'' * [w_y (1 - s) (p_j + [j = y]) + s / V (p_j sum(w) + w_j) + 2 lambda |lse|
+    p_j]. The soft cap's derivative s'(x) = 1 - tanh^2(x / cap) cancels the same way where x is far past the cap
+    (tanh^2 near 1: float32 leaves it a multiple of 2^-24, in PyTorch's autograd as in the lab's kernels), so its
+    factor in the scale is s'' = 1 + tanh^2(x / cap), the size of its terms. A row's loss,
+    w_y (1 - s) (lse - z_y) + s / V sum_j w_j (lse - z_j) + lambda lse^2, cancels the same way where the target is
+    confident (a loss of 2e-4 from an lse of 5): its scale is the same sum of magnitudes, reduced as the loss is."""
     m, v = logits.shape
     counted = target != options.ignore_index
     weight = torch.ones(v, dtype=torch.float64, device=logits.device) if options.weight is None else \
@@ -149,7 +151,7 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
         r1 = min(m, r0 + step)
         x = logits[r0:r1].double()
         z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
-        dcap = 1 - torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0
+        dcap = 1 + torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0  # s'' above
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
         wy = w_y[r0:r1].unsqueeze(-1)
         p = torch.exp(z - lse)
