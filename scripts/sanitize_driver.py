@@ -65,9 +65,11 @@ for op_name in CUDA_OPS:
 # odd N, or a row stride one element longer.
 def cross_entropy_cluster_cases() -> list[Shape]:
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
+    from triton_kernels.cross_entropy import PACK_BYTES
 
     shapes = []
-    for dtype, pack in ((torch.bfloat16, 8), (torch.float32, 4)):
+    for dtype in (torch.bfloat16, torch.float32):
+        pack = PACK_BYTES // dtype.itemsize
         for aligned in (True, False):
             longest = {}
             for (shape, cluster, _), n in cross_entropy_cluster_launches(dtype, aligned, 2).items():

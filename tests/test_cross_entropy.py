@@ -153,14 +153,14 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
     per shape, cluster size and grid), rows on 16-byte boundaries (a padded row stride) and off them (odd lengths or
     a start one element in), each with special rows (-inf entries, a row of -inf, +inf, NaN, 1e4), ignored rows, and
     the mean, then class weights with the sum."""
+    from lab.backends.cuda_variants import cross_entropy_cluster_launches
     from lab.inputs import special_input
+    from triton_kernels.cross_entropy import PACK_BYTES
 
     (v,) = [v for v in KERNELS if v.name == "cuda.cluster"] or [None]
     if v is None:
         pytest.skip("cuda.cluster is not available here")
-    pack = 16 // torch.empty(0, dtype=dtype).element_size()
-    from lab.backends.cuda_variants import cross_entropy_cluster_launches
-
+    pack = PACK_BYTES // torch.empty(0, dtype=dtype).element_size()
     for n in cross_entropy_cluster_launches(dtype, aligned, 16).values():
         x, labels = special_input(n, dtype, "cuda", n)
         stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)

@@ -297,8 +297,10 @@ def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None
     them out: contiguous or with the shape's row stride, from the start of their storage."""
     if not hasattr(torch.ops.lab, "cross_entropy_cluster_max_cols"):
         return None  # not built: the variant is unavailable, and says so
+    from triton_kernels.cross_entropy import PACK_BYTES
+
     size = torch.empty(0, dtype=dtype).element_size()
-    return _too_long(shape.n, dtype, ((shape.stride or shape.n) * size) % 16 == 0)
+    return _too_long(shape.n, dtype, ((shape.stride or shape.n) * size) % PACK_BYTES == 0)
 
 
 def cross_entropy_cluster_launches(dtype: torch.dtype, aligned: bool, rows: int) -> dict[tuple[int, int, int], int]:
