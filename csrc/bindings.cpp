@@ -103,20 +103,28 @@ void check_rows(const at::Tensor& x, const char* op) {
   TORCH_CHECK(x.size(1) <= INT_MAX, "lab::", op, ": rows longer than 2^31 - 1 elements are not supported");
 }
 
+// A CUDA call's status as an exception that says what happened. A failed call also left its error as the
+// runtime's "last error": it is cleared, or the next CUDA call anywhere in the process would report it again.
+void check_cuda(cudaError_t err, const char* op) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();
+  TORCH_CHECK(false, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
+}
+
 // Launch on the current stream and turn its status into an exception that says what happened.
 template <typename Args, typename Launch>
 void launch_checked(Launch&& launch, const Args& args, const at::Tensor& x, const char* op, const char* source,
                     int64_t length) {
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
-  // A refused launch (a runtime call that returned an error) also left that error as the runtime's
-  // "last error": clear it, or the next CUDA call anywhere in the process would report it again.
-  if (err != cudaSuccess) (void)cudaGetLastError();
   // Every argument was checked before, so a launcher's cudaErrorInvalidValue means this variant
   // cannot take the shape (its limits are in the header of its source).
-  TORCH_CHECK(err != cudaErrorInvalidValue, "lab::", op, ": rows of ", length,
-              " elements are beyond this variant's limit (see csrc/", source, ".cu)");
-  TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();  // as check_cuda does
+    TORCH_CHECK(false, "lab::", op, ": rows of ", length, " elements are beyond this variant's limit (see csrc/",
+                source, ".cu)");
+  }
+  check_cuda(err, op);
 }
 
 // launch(const RowsArgs&, cudaStream_t) -> cudaError_t: a RowsLauncher, or a lambda around one.
@@ -209,9 +217,7 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   if (x.numel() == 0) return;  // the caller's: an empty batch's mean is NaN, its sum 0
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const auto step = [&](cudaError_t err) {
-    TORCH_CHECK(err == cudaSuccess, "lab::", op, ": CUDA error: ", cudaGetErrorString(err));
-  };
+  const auto step = [op](cudaError_t err) { check_cuda(err, op); };
   at::Tensor summary = at::empty({2}, x.options().dtype(at::kFloat));
   at::Tensor bad = at::empty({2}, x.options().dtype(at::kLong));
   const bool mean = reduction == "mean";
