@@ -5,8 +5,8 @@
 //   vector_add:       torch.ops.lab.vector_add_<name>(Tensor a, Tensor b) -> Tensor
 //   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
 //   cross_entropy:    torch.ops.lab.cross_entropy_<name>(Tensor logits, Tensor target, Tensor? weight,
-//                     Tensor scale, int ignore_index, *, Tensor(a!) loss, Tensor(b!) dlogits) -> () (out only: its
-//                     reduction and checks of the targets are Python's)
+//                     int ignore_index, str reduction, str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits,
+//                     Tensor(c!) loss) -> () (out only; no dlogits: the loss alone)
 // and each with an `.out` overload taking `*, Tensor(a!) out` and returning nothing (a custom op
 // that returns an alias of its input cannot be functionalized: torch.compile's AOT dispatch and
 // torch.library.opcheck refuse it). Softmax is taken over the last
@@ -192,15 +192,17 @@ struct SoftmaxBackward {
 // cross_entropy's out entry, the operator's three steps on the current stream: the targets (the reduction's factor,
 // the first bad target), the variant's kernel (the loss per row and dlogits), the reduction (loss: the mean or the
 // sum of the rows' losses; not for "none"). check: a name to raise a ValueError with if a target is out of range
-// (the kernel writes NaN in its row and reads nothing at it): the bad target is copied to pinned memory after the
-// first step and waited for after the last is launched, so the GPU has the kernel queued while the host waits, and
-// is never left idle for a sync. No check: nothing waits (torch.compile).
+// (the kernel writes NaN in its row and reads nothing at it): the first step writes the bad target straight into
+// pinned host memory (mapped: a copy after it cost 10-15 us of the GPU's time a call, in the copy and the gaps
+// around it, on an H100), which is waited for after the last step is launched, so the GPU has the kernel queued
+// while the host waits, and is never left idle for a sync. No check: nothing waits (torch.compile).
 template <CrossEntropyLauncher L>
 void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,
                        int64_t ignore_index, c10::string_view reduction, const std::optional<c10::string_view>& check,
-                       at::Tensor& loss_rows, at::Tensor& dx, at::Tensor& loss, const char* op) {
+                       at::Tensor& loss_rows, const std::optional<at::Tensor>& dlogits, at::Tensor& loss,
+                       const char* op) {
   check_rows(x, op);
-  check_like(x, dx, op, "logits", "dlogits");
+  if (dlogits.has_value()) check_like(x, *dlogits, op, "logits", "dlogits");
   const auto check_aux = [&](const at::Tensor& t, at::ScalarType type, int64_t n, const char* what) {
     TORCH_CHECK(t.device() == x.device() && t.scalar_type() == type && t.dim() == 1 && t.size(0) == n &&
                     t.is_contiguous(),
@@ -219,27 +221,33 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const auto step = [op](cudaError_t err) { check_cuda(err, op); };
   at::Tensor summary = at::empty({2}, x.options().dtype(at::kFloat));
-  at::Tensor bad = at::empty({2}, x.options().dtype(at::kLong));
   const bool mean = reduction == "mean";
   const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
-  step(cross_entropy_targets({target.data_ptr<int64_t>(), w, x.size(0), x.size(1), ignore_index, mean,
-                              summary.data_ptr<float>(), bad.data_ptr<int64_t>()}, stream));
   at::Tensor seen;
-  struct Event {  // destroyed however the function leaves
-    cudaEvent_t e = nullptr;
-    ~Event() {
-      if (e != nullptr) (void)cudaEventDestroy(e);
-    }
-  } landed;
+  int64_t* bad = nullptr;
   if (check.has_value()) {
     seen = at::empty({2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-    step(cudaMemcpyAsync(seen.data_ptr(), bad.data_ptr(), 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+    void* mapped = nullptr;
+    step(cudaHostGetDevicePointer(&mapped, seen.data_ptr(), 0));
+    bad = static_cast<int64_t*>(mapped);
+  }
+  // Destroyed however the function leaves, after waiting for the first step: `seen` may be reused once freed.
+  struct Event {
+    cudaEvent_t e = nullptr;
+    ~Event() {
+      if (e != nullptr) (void)cudaEventSynchronize(e), (void)cudaEventDestroy(e);
+    }
+  } landed;
+  step(cross_entropy_targets({target.data_ptr<int64_t>(), w, x.size(0), x.size(1), ignore_index, mean,
+                              summary.data_ptr<float>(), bad}, stream));
+  if (check.has_value()) {
     step(cudaEventCreateWithFlags(&landed.e, cudaEventDisableTiming));
     step(cudaEventRecord(landed.e, stream));
   }
+  const at::Tensor& dx = dlogits.has_value() ? *dlogits : x;  // the loss alone: dx is x, and not written
   const CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(), w,
                               summary.data_ptr<float>() + 1, loss_rows.data_ptr<float>(), x.size(0), x.size(1),
-                              x.stride(0), dx.stride(0), ignore_index, to_lab_dtype(x, op)};
+                              x.stride(0), dx.stride(0), ignore_index, to_lab_dtype(x, op), dlogits.has_value()};
   launch_checked(L, args, x, op, (std::string("cross_entropy/") + (op + sizeof("cross_entropy_") - 1)).c_str(),
                  x.size(1));
   if (reduction != "none") {
@@ -282,7 +290,7 @@ void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
   m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_CROSS_ENTROPY(name)                                                                 \
   m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, " \
-        "str? check, *, Tensor(a!) loss_rows, Tensor(b!) dlogits, Tensor(c!) loss) -> ()");
+        "str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
@@ -336,7 +344,7 @@ TORCH_LIBRARY(lab, m) {
   m.impl("cross_entropy_" #name,                                                                    \
          [](const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,  \
             int64_t ignore_index, c10::string_view reduction, std::optional<c10::string_view> check,  \
-            at::Tensor& loss_rows, at::Tensor& dx, at::Tensor& loss) {                                  \
+            at::Tensor& loss_rows, const std::optional<at::Tensor>& dx, at::Tensor& loss) {             \
            lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, ignore_index, reduction, check, \
                                                              loss_rows, dx, loss, "cross_entropy_" #name); \
          });

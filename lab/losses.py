@@ -3,7 +3,8 @@
 Part of the product (it imports nothing of the harness). The kernel is the lab's Triton cross-entropy
 (triton_kernels/cross_entropy.py): where a gradient is wanted, the forward writes dlogits while the row is on chip
 (one read of the logits, one write), and the backward only scales it by the upstream gradient, in place, and not at
-all where that gradient is 1 (a loss at the end of the graph). Rows of up to 16384 logits are held in one Triton
+all where that gradient is 1 (a loss at the end of the graph); where none is wanted (evaluation), the loss alone
+(one read, nothing of the logits' size written). Rows of up to 16384 logits are held in one Triton
 program; longer ones are split over a CUDA thread-block cluster (csrc/cross_entropy/cluster.cu) where it takes the
 options and the length, else streamed twice by the Triton kernel (triton_kernels.cross_entropy.cuda_takes).
 """

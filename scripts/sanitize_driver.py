@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from lab import check, operators
+from lab import check, operators, registry
 from lab.backends.cuda_variants import (
     AUTO,
     CUDA_OPS,
@@ -146,6 +146,20 @@ for op_name, variants in CUDA_OPS.items():
                 run_checked(op, variant.name, kernel, shape, dtype)
                 ran += 1
         print(f"{op_name} {variant.name}: ran {ran} shape and dtype cases", flush=True)
+
+
+# cross_entropy_loss's cuda.cluster: the same kernel compiled without the gradient's write (the loss alone), on
+# cross_entropy's cases.
+if "cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab, "cross_entropy_cluster"):
+    op = operators.get("cross_entropy_loss")
+    variant = registry.get("cross_entropy_loss", "cuda.cluster")
+    kernel = variant.kernel()
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in (s for s in CASES["cross_entropy"] if variant.skip_reason(s, dtype) is None):
+            run_checked(op, "cuda.cluster, the loss alone", kernel, shape, dtype)
+            ran += 1
+    print(f"cross_entropy_loss cuda.cluster: ran {ran} shape and dtype cases", flush=True)
 
 
 # register_cached's PEELED kernels (ragged rows: off 16-byte boundaries, or N not a multiple of a pack), which its

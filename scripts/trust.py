@@ -1,4 +1,5 @@
-"""How far the lab's softmax variants can be trusted, measured on a GPU, written to trust.md and trust.json.
+"""How far the lab's variants (softmax's, and cross-entropy's) can be trusted, measured on a GPU, written to trust.md
+and trust.json.
 
     python scripts/trust.py --out results/<gpu>/trust [--cases 10000] [--sections LIST] [--skip-sanitizers]
 
@@ -6,7 +7,8 @@
    that can run, gradients included; mismatches with the command that reproduces each. The same for the
    cross_entropy variants (python -m lab.fuzz --op cross_entropy: drawn logits, targets and options).
 2. Large tensors: more than 2^31 elements, as many short rows and as few long rows, for every
-   variant that claims the shape (the GPU tests' 64-bit indexing cases).
+   variant that claims the shape (the GPU tests' 64-bit indexing cases); lab.cross_entropy over more than 2^31
+   logits through each of its kernels.
 3. The four compute-sanitizer tools over every CUDA variant (scripts/sanitize.sh).
 4. PyTorch citizenship, per variant: inside torch.compile(fullgraph=True), forward and, for the lab's own
    entries, backward (gradients against float64 on both sides of every backward threshold, three dtypes),
@@ -16,6 +18,10 @@
 5. Bad input, per variant: a CPU tensor, an integer and a float64 tensor, a non-contiguous last
    dimension, an empty tensor, a mismatched `out`: the right answer or a clear error naming the
    variant; a crash, a hang or a wrong result is a failure.
+6. lab.cross_entropy through each of its kernels (ENTRY_CASES): eager, in place, inside torch.compile(fullgraph=
+   True) forward and backward (and in place), captured in a CUDA graph with its backward and replayed, on a
+   non-default stream, bitwise identical across runs, each result against float64; a target out of range a clear
+   error.
 Each cell is measured, never assumed: a property a variant cannot have (opcheck of a Triton kernel)
 is marked n/a with the reason.
 """
@@ -43,7 +49,7 @@ PASS, FAIL = "pass", "FAIL"
 # The lab's own differentiable entries: lab.softmax, every torch.ops.lab softmax op, every Triton entry.
 DIFFERENTIABLE_OWN = ("lab", "cuda", "triton")
 COMPILED_BACKWARD = "compiled backward (fullgraph)"
-SECTIONS = ("fuzz", "fuzz_cross_entropy", "large", "sanitizers", "citizenship", "bad_inputs")
+SECTIONS = ("fuzz", "fuzz_cross_entropy", "large", "sanitizers", "citizenship", "bad_inputs", "cross_entropy_entry")
 
 
 def cell(ok: bool, why: str = "") -> dict:
@@ -136,6 +142,107 @@ def citizenship(v: Variant) -> dict[str, dict]:
     return out
 
 
+# lab.cross_entropy through each of its kernels (route_of): (vocabulary, options).
+ENTRY_CASES = ((1000, {}), (32000, {"label_smoothing": 0.1}), (50257, {}))
+ENTRY_ROWS = 64
+
+
+def route_of(vocab: int, options: dict) -> str:
+    """The kernel lab.cross_entropy runs for bfloat16 rows of `vocab` logits with these options and a gradient."""
+    from triton_kernels import cross_entropy as kernels
+
+    if kernels.whole_row_fits(vocab):
+        return "triton.fused"
+    x = torch.empty(1, vocab, dtype=torch.bfloat16, device="cuda")
+    takes = kernels.cuda_takes(x, kernels.rows_like(x), options.get("label_smoothing", 0.0),
+                               options.get("z_loss", 0.0), options.get("softcap"))
+    return "cuda.cluster" if takes else "triton.looped"
+
+
+def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
+    """lab.cross_entropy's citizenship through one of its kernels (bfloat16, ENTRY_ROWS rows): its loss and gradient
+    against float64 in each use, and a target out of range, which must be a clear error."""
+    import lab
+    from lab.operators.cross_entropy import CrossEntropyOptions
+
+    op = operators.get("cross_entropy")
+    logits, target, _ = op.make_inputs(Shape(ENTRY_ROWS, vocab), torch.bfloat16, "cuda", 7)
+    case = (logits, target, CrossEntropyOptions(**options))
+
+    def right(loss: torch.Tensor, grad: torch.Tensor) -> bool:
+        return check.check(lambda *_: (loss.float(), grad), case, False, op=op).ok
+
+    def step(x: torch.Tensor, fn=lab.cross_entropy, inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.detach().clone().requires_grad_()
+        loss = fn(leaf * 1 if inplace else leaf, target, inplace=inplace, **options)
+        loss.backward()
+        return loss.detach(), leaf.grad
+
+    out: dict[str, dict] = {}
+
+    def run(cell_name: str, fn) -> None:
+        try:
+            out[cell_name] = cell(fn())
+        except Exception as e:  # the finding is the failure itself
+            out[cell_name] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+
+    def compiled(inplace: bool) -> bool:
+        torch._dynamo.reset()
+        return right(*step(logits, torch.compile(lab.cross_entropy, fullgraph=True), inplace))
+
+    def graph() -> bool:
+        static = logits.detach().clone().requires_grad_()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # the warm-up (Triton's compilation) outside the capture
+            lab.cross_entropy(static, target, **options).backward()
+        torch.cuda.current_stream().wait_stream(side)
+        static.grad = None
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            loss = lab.cross_entropy(static, target, **options)
+            loss.backward()
+        fresh = op.make_inputs(Shape(ENTRY_ROWS, vocab), torch.bfloat16, "cuda", 8)[0]
+        with torch.no_grad():
+            static.copy_(fresh)
+        g.replay()
+        torch.cuda.synchronize()
+        case_now = (fresh, target, case[2])
+        return check.check(lambda *_: (loss.detach().float(), static.grad), case_now, False, op=op).ok
+
+    def side_stream() -> bool:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = step(logits)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        return right(*result)
+
+    def identical() -> bool:
+        runs = [step(logits) for _ in range(3)]
+        return all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
+
+    def bad_target() -> bool:
+        bad = target.clone()
+        bad[ENTRY_ROWS // 2] = vocab
+        try:
+            step(logits, lambda x, t, **kw: lab.cross_entropy(x, bad, **kw))
+        except ValueError as e:
+            return "lab.cross_entropy" in str(e) and "out of range" in str(e)
+        return False
+
+    run("eager forward and backward", lambda: right(*step(logits)))
+    run("in place (gradient over the logits)", lambda: right(*step(logits, inplace=True)))
+    run("torch.compile(fullgraph=True), forward and backward", lambda: compiled(False))
+    run("torch.compile(fullgraph=True), in place", lambda: compiled(True))
+    run("CUDA graph capture and replay (forward and backward)", graph)
+    run("non-default stream", side_stream)
+    run("bitwise identical across runs", identical)
+    run("a target out of range: a clear error", bad_target)
+    return out
+
+
 def bad_inputs(v: Variant) -> dict[str, dict]:
     kernel = v.kernel()
     x = make_input(Shape(4, 10), torch.float32, "cuda", 5)
@@ -174,14 +281,20 @@ def bad_inputs(v: Variant) -> dict[str, dict]:
     return out
 
 
+LARGE_TESTS = ("tests/test_gpu.py", "tests/test_cross_entropy.py")  # their 64bit tests: softmax's, cross-entropy's
+
+
 def large_tensors() -> dict:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests/test_gpu.py",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *LARGE_TESTS,
                            "-k", "64bit"], cwd=ROOT, capture_output=True, text=True)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     ids = re.findall(r"test_64bit_indexing\[([^\]]*)\]", proc.stdout)
     shapes = sorted({m for i in ids for m in re.findall(r"\d+x\d+", i)}, key=lambda s: int(s.split("x")[1]))
-    return {"command": "python -m pytest tests/test_gpu.py -k 64bit", "returncode": proc.returncode,
-            "summary": summary, "shapes": f"{', '.join(shapes) or 'none run'} (just over 2^31 elements)"}
+    kernels = sorted(set(re.findall(r"test_64bit_indexing_of_lab_cross_entropy\[([^\]]*)\]", proc.stdout)))
+    return {"command": f"python -m pytest {' '.join(LARGE_TESTS)} -k 64bit", "returncode": proc.returncode,
+            "summary": summary, "shapes": f"{', '.join(shapes) or 'none run'} (just over 2^31 elements)",
+            "cross_entropy": f"lab.cross_entropy through {', '.join(kernels) or 'none run'} (bfloat16, just over 2^31 "
+                             "logits; loss, gradient and the loss alone)"}
 
 
 def sanitizers() -> dict:
@@ -224,7 +337,7 @@ def merge_fuzz(parts: list[dict]) -> dict:
 
 
 def write_markdown(data: dict, path: Path) -> None:
-    md = ["# softmax-lab: how far the softmax variants can be trusted", "",
+    md = ["# softmax-lab: how far the variants can be trusted", "",
           f"Produced by `python scripts/trust.py` at commit `{data['environment']['commit']}` on "
           f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", ""]
     if left_out := [s for s in SECTIONS if s not in data.get("sections", SECTIONS)]:
@@ -233,8 +346,9 @@ def write_markdown(data: dict, path: Path) -> None:
         if key in data:
             md += fuzz_markdown(data[key])
     if "large" in data:
-        md += ["## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}: "
-               f"`{data['large']['command']}`: {data['large']['summary']}", ""]
+        md += ["## Large tensors (more than 2^31 elements)", "", f"{data['large']['shapes']}"
+               + (f"; {data['large']['cross_entropy']}" if "cross_entropy" in data["large"] else "")
+               + f": `{data['large']['command']}`: {data['large']['summary']}", ""]
     if "sanitizers" in data:
         san = data["sanitizers"]
         md += ["## compute-sanitizer over every CUDA variant", "",
@@ -242,7 +356,9 @@ def write_markdown(data: dict, path: Path) -> None:
                  if san.get("separate") else []),
                "| tool | errors | summary |", "|---|---|---|",
                *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
-    for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs")):
+    for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs"),
+                       ("lab.cross_entropy through each of its kernels (bfloat16, checked against float64)",
+                        "cross_entropy_entry")):
         if key not in data:
             continue
         table = data[key]
@@ -355,6 +471,16 @@ def main() -> int:
             print(f"citizenship: {v.name} done at {time.perf_counter() - start:.0f} s", flush=True)
     if "bad_inputs" in args.sections:
         data["bad_inputs"] = {v.name: bad_inputs(v) for v in runnable}
+    if "cross_entropy_entry" in args.sections:
+        import lab.losses
+
+        lab.losses._ops()  # the extension loaded, as lab.cross_entropy's first call loads it
+        data["cross_entropy_entry"] = {}
+        for vocab, options in ENTRY_CASES:
+            label = ", ".join([f"V = {vocab}", *(f"{k} {v}" for k, v in options.items())])
+            data["cross_entropy_entry"][f"lab.cross_entropy: {route_of(vocab, options)} ({label})"] = \
+                cross_entropy_entry(vocab, options)
+        print(f"lab.cross_entropy's citizenship done at {time.perf_counter() - start:.0f} s", flush=True)
     if "large" in args.sections:
         data["large"] = large_tensors()
     if "sanitizers" in args.sections:
@@ -362,8 +488,8 @@ def main() -> int:
     data["seconds"] = round(time.perf_counter() - start)
     (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
     write_markdown(data, args.out / "trust.md")
-    failed = [(n, c) for key in ("citizenship", "bad_inputs") for n, row in data.get(key, {}).items()
-              for c, r in row.items() if r["result"] == FAIL]
+    failed = [(n, c) for key in ("citizenship", "bad_inputs", "cross_entropy_entry")
+              for n, row in data.get(key, {}).items() for c, r in row.items() if r["result"] == FAIL]
     mismatches = sum(len(c["mismatches"]) for key in ("fuzz", "fuzz_cross_entropy")
                      for c in data.get(key, {}).get("variants", {}).values())
     san = data.get("sanitizers", {}).get("returncode", 0)

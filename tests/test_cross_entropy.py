@@ -9,12 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lab import check, operators
+from lab import check, operators, registry
 from lab.inputs import Shape
 from lab.operators.cross_entropy import DEFAULT, CrossEntropyOptions, reference
 from lab.registry import variants
 
 OP = operators.get("cross_entropy")
+LOSS_OP = operators.get("cross_entropy_loss")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 OWN = [v for v in variants("cross_entropy", backends=["triton", "cuda", "lab"]) if v.unavailable_on(DEVICE) is None]
 KERNELS = [v for v in OWN if v.backend != "lab"]  # the kernels' own entries (lab.cross_entropy's errors: below)
@@ -152,7 +153,7 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
     """cuda.cluster against float64 at the longest row of every launch its tables give (softmax's cluster plans, one
     per shape, cluster size and grid), rows on 16-byte boundaries (a padded row stride) and off them (odd lengths or
     a start one element in), each with special rows (-inf entries, a row of -inf, +inf, NaN, 1e4), ignored rows, and
-    the mean, then class weights with the sum."""
+    the mean, then class weights with the sum; the same kernels without dlogits (cross_entropy_loss) too."""
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
     from lab.inputs import special_input
     from triton_kernels.cross_entropy import PACK_BYTES
@@ -160,6 +161,7 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
     (v,) = [v for v in KERNELS if v.name == "cuda.cluster"] or [None]
     if v is None:
         pytest.skip("cuda.cluster is not available here")
+    loss_alone = registry.get("cross_entropy_loss", "cuda.cluster").kernel()
     pack = PACK_BYTES // torch.empty(0, dtype=dtype).element_size()
     for n in cross_entropy_cluster_launches(dtype, aligned, 16).values():
         x, labels = special_input(n, dtype, "cuda", n)
@@ -174,6 +176,8 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
         for options in (DEFAULT, CrossEntropyOptions(reduction="sum", weight=weight)):
             res = check.check(v.kernel(), (logits, target, options), True, row_labels=labels, op=OP)
             assert res.ok, f"{x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
+            res = check.check(loss_alone, (logits, target, options), False, row_labels=labels, op=LOSS_OP)
+            assert res.ok, f"the loss alone, {x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
 
 
 @pytest.mark.gpu
@@ -250,6 +254,37 @@ def test_lab_cross_entropy_matches_pytorch(dtype, vocab, inplace):
             assert grad.dtype == dtype
             tol = dict(rtol=1e-4, atol=1e-7) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-5)
             torch.testing.assert_close(grad.float(), want_grad.float(), **tol, msg=lambda m, o=options: f"{o}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vocab", "options"), [(16000, {}), (32000, {"label_smoothing": 0.1}), (128256, {})],
+                         ids=["triton.fused", "triton.looped", "cuda.cluster"])
+def test_64bit_indexing_of_lab_cross_entropy(vocab, options):
+    """lab.cross_entropy over more than 2^31 bfloat16 logits (4 GiB, and as much for the gradient), through each of
+    its three kernels: the loss and gradient of rows at the start, the middle and the end (the last row holds element
+    2^31) against float64, and the loss alone (without grad) of the same rows."""
+    import lab
+
+    rows = 2**31 // vocab + 1
+    logits = torch.randn(rows, vocab, device="cuda", dtype=torch.bfloat16)
+    target = torch.randint(0, vocab, (rows,), device="cuda")
+    picked = [0, rows // 2, rows - 2, rows - 1]
+    opts = CrossEntropyOptions(reduction="none", **options)
+    with torch.no_grad():
+        alone = lab.cross_entropy(logits, target, reduction="none", **options)[picked]
+    x = logits.requires_grad_()
+    loss = lab.cross_entropy(x, target, reduction="none", **options)
+    loss.backward(torch.ones_like(loss))
+    got = (loss.detach()[picked], x.grad[picked])
+    x.grad = None
+    case = (logits.detach()[picked], target[picked], opts)
+    labels = [f"row {r}" for r in picked]
+    for name, outputs, op in (("loss and gradient", got, OP), ("the loss alone", (alone,), LOSS_OP)):
+        spec = check.output_spec(op, op.reference(*case), torch.bfloat16)
+        for y, ref, d, scale in zip(outputs, op.reference(*case), spec.dtypes, op.error_scale(*case), strict=True):
+            res = check.compare(y, ref, d, labels if y.dim() == 2 else None, {d: op.tolerances[torch.bfloat16]},
+                                scale)
+            assert res.ok, f"{name}, {rows}x{vocab}: {res.summary()}"
 
 
 @pytest.mark.gpu

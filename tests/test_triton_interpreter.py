@@ -15,7 +15,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from lab import check  # noqa: E402
+from lab import check, registry  # noqa: E402
 from lab.registry import variants  # noqa: E402
 from triton_kernels import common, fused, looped, multirow, persistent  # noqa: E402
 
@@ -148,6 +148,14 @@ def test_max_n_matches_the_registry(v):
     """triton_variants repeats each module's MAX_N so that listing variants does not import triton."""
     module = sys.modules[v.kernel().__module__]
     assert v.max_n == module.MAX_N
+
+
+def test_the_cross_entropy_kernels_limit_matches_the_registry():
+    """triton_variants repeats triton_kernels.cross_entropy's FUSED_MAX_V, for cross_entropy and the loss alone."""
+    from triton_kernels.cross_entropy import FUSED_MAX_V
+
+    for op in ("cross_entropy", "cross_entropy_loss"):
+        assert registry.get(op, "triton.fused").max_n == FUSED_MAX_V
 
 
 @pytest.mark.parametrize(("block", "warps"), [(1, 4), (1024, 4), (2048, 8), (4096, 16), (65536, 16)])

@@ -234,11 +234,11 @@ def cuda_longest(dtype: torch.dtype, aligned: bool, device: int) -> int:
 def cuda_takes(logits: torch.Tensor, dx: torch.Tensor | None, smoothing: float, z_loss: float,
                softcap: float | None) -> bool:
     """Whether the lab's entry runs the CUDA cluster kernel (csrc/cross_entropy/cluster.cu): rows longer than the
-    fused kernel holds and that the CUDA kernel takes, dlogits written beside the logits (rows_like), the options it
-    takes, the extension built with it, a Hopper GPU or newer."""
+    fused kernel holds and that the CUDA kernel takes, dlogits written beside the logits (rows_like) or not at all
+    (dx None: the loss alone), the options it takes, the extension built with it, a Hopper GPU or newer."""
     vocab = logits.shape[1]
-    if (vocab <= FUSED_MAX_V or dx is None or dx is logits or smoothing or z_loss or softcap is not None
-            or logits.device.type != "cuda" or not rows_match(logits, dx)):
+    if (vocab <= FUSED_MAX_V or dx is logits or smoothing or z_loss or softcap is not None
+            or logits.device.type != "cuda" or (dx is not None and not rows_match(logits, dx))):
         return False
     return vocab <= cuda_longest(logits.dtype, rows_aligned(logits), logits.device.index or 0)
 
@@ -283,8 +283,8 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
          check: str | None = None) -> torch.Tensor:
     """The loss (reduced), with dlogits written into dx unless dx is None: targets_kernel (the reduction's factor),
     then the kernel, then the reduction. wrap: how the kernels are launched (traceable in an op); cuda: the CUDA
-    cluster kernel instead of the Triton one, its op doing the same three steps and the check in C++ (dx given and
-    not the logits, no label smoothing, z-loss or soft-capping).
+    cluster kernel instead of the Triton one, its op doing the same three steps and the check in C++ (dx not the
+    logits, or None: the loss alone; no label smoothing, z-loss or soft-capping).
     check: a name to raise a ValueError with, after the launches, if a target is out of range (the kernels write
     NaN in its row and read nothing at it). The check waits for targets_kernel alone, not for the kernels launched
     after it: the GPU is not left idle while Python runs, as a sync before the launches would leave it. None: no
@@ -299,40 +299,52 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
                                             ignore_index, reduction, check, loss_rows=loss_rows, dlogits=dx, loss=loss)
         return loss_rows if reduction == "none" else loss
     summary = torch.empty(2, dtype=torch.float32, device=logits.device)
-    bad = torch.empty(2, dtype=torch.int64, device=logits.device)
+    # The bad target: written by targets_kernel straight into pinned host memory where it is checked on a GPU, as
+    # the CUDA op writes it (csrc/bindings.cpp, cross_entropy_out: a copy costs more), else into a device tensor.
+    pinned = check is not None and logits.is_cuda
+    bad = torch.empty(2, dtype=torch.int64, device="cpu" if pinned else logits.device, pin_memory=pinned)
     wrap(targets_kernel)[(1,)](target, weight if weight is not None else summary, summary, bad, rows, vocab,
                                ignore_index, HAS_WEIGHT=weight is not None, MEAN=reduction == "mean",
                                BLOCK=TARGETS_BLOCK)
     scale = summary[1:]
-    if check is not None:
-        seen = torch.empty(2, dtype=torch.int64, pin_memory=logits.is_cuda)
-        seen.copy_(bad, non_blocking=True)
-        landed = torch.cuda.Event() if logits.is_cuda else None
-        if landed is not None:
-            landed.record()
-    if logits.numel():
-        block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
-                            if whole_row else launch_config(vocab, logits.element_size()))
-        programs = rows
-        if config is not None:  # (block, warps, programs): a tuner's
-            block, num_warps, programs = config[0], config[1], min(rows, config[2])
-        wrap(cross_entropy_kernel)[(programs,)](
-            logits, target, weight if weight is not None else logits, scale, loss_rows,
-            dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, rows, vocab,
-            ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block, WHOLE_ROW=whole_row,
-            HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None, WRITE_GRAD=dx is not None,
-            num_warps=num_warps)
-    else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
-        loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
-    if check is not None:
-        if landed is not None:
+    if pinned:
+        landed = torch.cuda.Event()
+        landed.record()
+    try:
+        if logits.numel():
+            block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
+                                if whole_row else launch_config(vocab, logits.element_size()))
+            programs = rows
+            if config is not None:  # (block, warps, programs): a tuner's
+                block, num_warps, programs = config[0], config[1], min(rows, config[2])
+            wrap(cross_entropy_kernel)[(programs,)](
+                logits, target, weight if weight is not None else logits, scale, loss_rows,
+                dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, rows,
+                vocab, ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block,
+                WHOLE_ROW=whole_row, HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None,
+                WRITE_GRAD=dx is not None, num_warps=num_warps)
+        else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
+            loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
+    finally:  # however this leaves: `bad` may be reused once freed, so the kernel writing it must be done
+        if pinned:
             landed.synchronize()
-        if seen[0] >= 0:
-            raise ValueError(f"{check}: a target is out of range ({seen[1].item()}, row {seen[0].item()}): targets "
-                             f"must be in [0, {vocab}) or ignore_index ({ignore_index})")
+    if check is not None and bad[0] >= 0:
+        raise ValueError(f"{check}: a target is out of range ({bad[1].item()}, row {bad[0].item()}): targets must "
+                         f"be in [0, {vocab}) or ignore_index ({ignore_index})")
     if reduction == "none":
         return loss_rows
     return loss_rows.sum() / summary[0] if reduction == "mean" else loss_rows.sum()
+
+
+def _check_variant(logits: torch.Tensor, target: torch.Tensor, options, whole_row: bool, name: str, cuda: bool
+                   ) -> None:
+    """What a variant's kernel takes: the inputs (check_inputs), the options (the CUDA kernel's), the row (fused's)."""
+    check_inputs(logits, target, options.weight, name)
+    if cuda and (options.label_smoothing or options.z_loss or options.softcap is not None):
+        raise ValueError(f"{name}: the CUDA kernel has no label smoothing, z-loss or soft-capping (the Triton "
+                         "kernel's)")
+    if whole_row and logits.shape[1] > FUSED_MAX_V:
+        raise ValueError(f"{name}: rows of {logits.shape[1]} logits exceed the {FUSED_MAX_V} that fit in one program")
 
 
 def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, out=None, whole_row: bool = False,
@@ -340,12 +352,7 @@ def cross_entropy_fwd_bwd(logits: torch.Tensor, target: torch.Tensor, options, o
     """(loss, dlogits) of the options' cross-entropy (lab/operators/cross_entropy.py's CrossEntropyOptions: any
     object with ignore_index, reduction, label_smoothing, z_loss, softcap and weight); out: a (loss, dlogits) pair
     to write into."""
-    check_inputs(logits, target, options.weight, name)
-    if cuda and (options.label_smoothing or options.z_loss or options.softcap is not None):
-        raise ValueError(f"{name}: the CUDA kernel has no label smoothing, z-loss or soft-capping (the Triton "
-                         "kernel's)")
-    if whole_row and logits.shape[1] > FUSED_MAX_V:
-        raise ValueError(f"{name}: rows of {logits.shape[1]} logits exceed the {FUSED_MAX_V} that fit in one program")
+    _check_variant(logits, target, options, whole_row, name, cuda)
     dx = rows_like(logits) if out is None or (cuda and not rows_match(logits, out[1])) else out[1]
     loss = _run(logits, target, options.weight, options.ignore_index, options.reduction, options.label_smoothing,
                 options.z_loss, options.softcap, dx, whole_row, cuda=cuda, check=name)
@@ -363,6 +370,23 @@ def cross_entropy_fused(logits: torch.Tensor, target: torch.Tensor, options, out
 
 def cross_entropy_looped(logits: torch.Tensor, target: torch.Tensor, options, out=None):
     return cross_entropy_fwd_bwd(logits, target, options, out, whole_row=False, name="triton.looped")
+
+
+def cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options, whole_row: bool = False,
+                       name: str = "triton.looped", cuda: bool = False) -> tuple[torch.Tensor]:
+    """(loss,): the options' loss alone, as evaluation computes it: the kernels without dlogits read the logits once
+    and write nothing of their size (looped: twice with label smoothing, whose sum over the row needs lse first)."""
+    _check_variant(logits, target, options, whole_row, name, cuda)
+    return (_run(logits, target, options.weight, options.ignore_index, options.reduction, options.label_smoothing,
+                 options.z_loss, options.softcap, None, whole_row, cuda=cuda, check=name),)
+
+
+def cross_entropy_loss_fused(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+    return cross_entropy_loss(logits, target, options, whole_row=True, name="triton.fused")
+
+
+def cross_entropy_loss_looped(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+    return cross_entropy_loss(logits, target, options, whole_row=False, name="triton.looped")
 
 
 # --- the ops of lab.cross_entropy: opaque to torch.compile, their kernels traced through wrap_triton -------------

@@ -9,7 +9,8 @@
 //     dlogits_j = c * w_t * (exp(x_j - M) / D - [j = t]),   loss = w_t * (log D + M - x_t)
 // c: the reduction's factor (the mean's 1 / denominator, read from the device), w_t: the target's class weight (1
 // without). A row whose target is ignore_index writes dlogits = 0 and loss 0, a target outside [0, V) NaN.
-// HBM sweeps per row: 1 read of the logits, 1 write of dlogits (the target, the weight and the loss: O(1)).
+// HBM sweeps per row: 1 read of the logits, 1 write of dlogits (the target, the weight and the loss: O(1)); the loss
+// alone (CrossEntropyArgs::grad false, evaluation): 1 read.
 // Launch: softmax's cluster launch tables (cluster_plan: shape, cluster size, grid and stagger by dtype, V and
 // rows, for rows on 16-byte boundaries and for rows off them), which move the same bytes per row; the kernel is
 // compiled for the shapes those tables name up to kMaxCols (kShapes32, kShapes16).
@@ -63,7 +64,7 @@ constexpr bool compiled_for(int shape) {
   return false;
 }
 
-template <typename T>
+template <typename T, bool GRAD>
 cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan& plan, bool shifted,
                    cudaStream_t stream) {
   return dispatch_resident_shape(plan.shape, [&](auto i) {
@@ -72,13 +73,13 @@ cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan
     if constexpr (!compiled_for<T>(index)) {
       return cudaErrorInvalidValue;
     } else if constexpr (s.stages == 0) {
-      return shifted ? launch_resident<T, s.threads, s.elems, 0, s.packed, true, s.one_row, true>(
+      return shifted ? launch_resident<T, s.threads, s.elems, 0, s.packed, true, s.one_row, true, GRAD>(
                            rows, plan.cluster, plan.persistent, plan.stagger, stream, loss)
-                     : launch_resident<T, s.threads, s.elems, 0, s.packed, false, s.one_row, true>(
+                     : launch_resident<T, s.threads, s.elems, 0, s.packed, false, s.one_row, true, GRAD>(
                            rows, plan.cluster, plan.persistent, plan.stagger, stream, loss);
     } else {
       if (shifted) return cudaErrorInvalidValue;
-      return launch_resident<T, s.threads, s.elems, s.stages, s.packed, false, s.one_row, true>(
+      return launch_resident<T, s.threads, s.elems, s.stages, s.packed, false, s.one_row, true, GRAD>(
           rows, plan.cluster, plan.persistent, plan.stagger, stream, loss);
     }
   });
@@ -135,8 +136,10 @@ __global__ void __launch_bounds__(THREADS) targets_kernel(CrossEntropyTargetsArg
   if (threadIdx.x == 0) {
     a.summary[0] = total;
     a.summary[1] = a.mean ? 1.0f / total : 1.0f;
-    a.bad[0] = first < a.rows ? first : -1;
-    a.bad[1] = first < a.rows ? a.target[first] : 0;
+    if (a.bad != nullptr) {
+      a.bad[0] = first < a.rows ? first : -1;
+      a.bad[1] = first < a.rows ? a.target[first] : 0;
+    }
   }
 }
 
@@ -200,7 +203,9 @@ cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream
   const LossRows loss{a.target, a.weight, a.scale, a.loss, a.ignore_index};
   const ClusterPlan plan = cluster_plan(a.cols, a.rows, a.dtype, aligned);
   return dispatch_dtype(a.dtype, [&](auto tag) {
-    return launch<typename decltype(tag)::type>(rows, loss, plan, !aligned, stream);
+    using T = typename decltype(tag)::type;
+    return a.grad ? launch<T, true>(rows, loss, plan, !aligned, stream)
+                  : launch<T, false>(rows, loss, plan, !aligned, stream);
   });
 }
 

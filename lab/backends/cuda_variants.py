@@ -284,6 +284,16 @@ def build_cross_entropy_cluster():
     return cross_entropy_cluster
 
 
+def build_cross_entropy_loss_cluster():
+    build_cross_entropy_cluster()  # raises Unavailable as cross_entropy's does
+    from triton_kernels.cross_entropy import cross_entropy_loss
+
+    def cross_entropy_loss_cluster(logits: torch.Tensor, target: torch.Tensor, options):
+        return cross_entropy_loss(logits, target, options, name="cuda.cluster", cuda=True)
+
+    return cross_entropy_loss_cluster
+
+
 def _too_long(vocab: int, dtype: torch.dtype, aligned: bool) -> str | None:
     longest = torch.ops.lab.cross_entropy_cluster_max_cols(dtype, aligned)
     if vocab <= longest:
@@ -332,6 +342,14 @@ CROSS_ENTROPY_VARIANTS = {"cluster": register(Variant(
     build=build_cross_entropy_cluster, shape_reason=cross_entropy_cluster_reason,
     case_reason=cross_entropy_cluster_options,
 ))}
+# cross_entropy_loss: the same kernel (csrc/cross_entropy/cluster.cu) without dlogits, the loss alone.
+TORCH_OPS[("cross_entropy_loss", "cuda.cluster")] = TORCH_OPS[("cross_entropy", "cuda.cluster")]
+CROSS_ENTROPY_LOSS_CLUSTER = register(Variant(
+    op="cross_entropy_loss", name="cuda.cluster", backend="cuda", traffic=Traffic(1, 0),
+    description="cross_entropy's cuda.cluster without dlogits: the row's (max, sum) and the loss from one read",
+    build=build_cross_entropy_loss_cluster, shape_reason=cross_entropy_cluster_reason,
+    case_reason=cross_entropy_cluster_options,
+))
 # Every CUDA variant by operator and name: the files csrc/<operator>/<name>.cu.
 CUDA_OPS = {"softmax": CUDA_VARIANTS, "vector_add": VECTOR_ADD_VARIANTS, "softmax_backward": SOFTMAX_BACKWARD_VARIANTS,
             "cross_entropy": CROSS_ENTROPY_VARIANTS}

@@ -35,16 +35,19 @@ LAB_SOFTMAX = register(Variant(
 ))
 
 
+def lab_loss(x: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
+    """lab.cross_entropy with the options' arguments."""
+    import lab
+
+    return lab.cross_entropy(x, target, ignore_index=options.ignore_index, reduction=options.reduction,
+                             label_smoothing=options.label_smoothing, z_loss=options.z_loss, softcap=options.softcap,
+                             weight=options.weight)
+
+
 def build_cross_entropy():
     if not torch.cuda.is_available():
         raise Unavailable("needs a GPU (lab.cross_entropy takes CUDA tensors)")
-    import lab
     from lab.operators.cross_entropy import loss_and_grad
-
-    def lab_loss(x: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
-        return lab.cross_entropy(x, target, ignore_index=options.ignore_index, reduction=options.reduction,
-                                 label_smoothing=options.label_smoothing, z_loss=options.z_loss,
-                                 softcap=options.softcap, weight=options.weight)
 
     def lab_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
         # As a training step calls it: the loss of logits that require grad (the forward writes dlogits), then the
@@ -60,4 +63,23 @@ LAB_CROSS_ENTROPY = register(Variant(
                 "where the row fits one program, else cuda.cluster where it takes the row and the options (1 read), "
                 "else triton.looped (2 reads)",
     build=build_cross_entropy, traffic=Traffic(2, 1),
+))
+
+
+def build_cross_entropy_loss():
+    if not torch.cuda.is_available():
+        raise Unavailable("needs a GPU (lab.cross_entropy takes CUDA tensors)")
+
+    def lab_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+        with torch.no_grad():  # as evaluation calls it: no gradient wanted, none written
+            return (lab_loss(logits, target, options),)
+
+    return lab_cross_entropy_loss
+
+
+register(Variant(
+    op="cross_entropy_loss", name="lab.auto", backend="lab",
+    description="lab.cross_entropy(logits, target) without grad: triton.fused where the row fits one program, else "
+                "cuda.cluster where it takes the row and the options, else triton.looped (1 read each)",
+    build=build_cross_entropy_loss, traffic=Traffic(1, 0),
 ))

@@ -215,3 +215,45 @@ register(Variant(
     build=build_liger_cross_entropy, shape_reason=liger_cross_entropy_shape_reason,
     case_reason=liger_cross_entropy_reason,
 ))
+
+
+# --- cross_entropy_loss: the peers' loss without grad --------------------------------------------------------------
+
+
+def build_quack_cross_entropy_loss() -> Kernel:
+    (cross_entropy,) = _import("quack-kernels", "quack.cross_entropy", "cross_entropy")
+
+    def quack_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+        with torch.no_grad():  # its forward alone: the loss (and each row's lse, which it keeps for a backward)
+            return (cross_entropy(logits, target, weight=options.weight, ignore_index=options.ignore_index,
+                                  reduction=options.reduction),)
+
+    return quack_cross_entropy_loss
+
+
+def build_liger_cross_entropy_loss() -> Kernel:
+    (forward,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "cross_entropy_forward")
+
+    def liger_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+        # Logits that do not require grad: its kernel computes the loss and writes no gradient.
+        with torch.no_grad():
+            loss = forward(logits.detach(), target, options.weight, options.ignore_index, options.z_loss,
+                           options.label_smoothing, options.reduction, options.softcap, False)[0]
+        return (loss.float(),)
+
+    return liger_cross_entropy_loss
+
+
+CROSS_ENTROPY_LOSS = dict(op="cross_entropy_loss", backend="peer", writes_out=False, traffic=Traffic(1, 0))
+register(Variant(
+    name="peer.quack", **CROSS_ENTROPY_LOSS,
+    description="QuACK cross_entropy without grad: its forward (loss, lse; cluster-split rows in shared memory)",
+    build=build_quack_cross_entropy_loss, shape_reason=quack_shape_reason, case_reason=quack_cross_entropy_reason,
+    data_align=QUACK_VECTOR_BYTES,
+))
+register(Variant(
+    name="peer.liger", **CROSS_ENTROPY_LOSS,
+    description="Liger-Kernel cross_entropy of logits that do not require grad: one program per row, the loss alone",
+    build=build_liger_cross_entropy_loss, shape_reason=liger_cross_entropy_shape_reason,
+    case_reason=liger_cross_entropy_reason,
+))

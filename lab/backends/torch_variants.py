@@ -177,3 +177,45 @@ register(Variant(
                                       "and backward (2 reads of the logits, 1 write)",
     build=build_compile_cross_entropy, traffic=Traffic(2, 1), per_shape=True, **CROSS_ENTROPY,
 ))
+
+# --- cross_entropy_loss: the loss alone ---------------------------------------------------------------
+
+
+def torch_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+    with torch.no_grad():
+        return (cross_entropy_float32(logits, target, options),)
+
+
+def build_compile_cross_entropy_loss():
+    """torch.compile of the float32 loss for one shape, without grad (Inductor compiles the forward alone), a fresh
+    compile for each set of options."""
+    compiled: dict[int, object] = {}
+
+    def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
+        if id(options) not in compiled:
+            compiled[id(options)] = (options, fresh_compile(cross_entropy_float32))
+        with torch.no_grad():
+            return (compiled[id(options)][1](logits, target, options),)
+
+    return kernel
+
+
+def cross_entropy_loss_traffic(dtype: torch.dtype) -> Traffic:
+    """F.cross_entropy's forward on float32 logits: the upcast (read the logits, write float32) and log_softmax
+    (read, write); nll's gather is O(M). float32 passes weigh 4/itemsize."""
+    w = 4 / torch.empty((), dtype=dtype).element_size()
+    return Traffic(1, 1) if w == 1 else Traffic(1 + w, 2 * w)
+
+
+# Without a gradient, PyTorch's loss of an ignored row is 0 whatever the row holds: no case is PyTorch's to skip.
+CROSS_ENTROPY_LOSS = dict(op="cross_entropy_loss", backend="torch", runs_on_cpu=True)
+register(Variant(
+    name="torch.cross_entropy",
+    description="F.cross_entropy on the logits upcast to float32, without grad (the baseline)",
+    build=lambda: torch_cross_entropy_loss, traffic=cross_entropy_loss_traffic, **CROSS_ENTROPY_LOSS,
+))
+register(Variant(
+    name="torch.compile", description="torch.compile of the same loss without grad, compiled for each shape: "
+                                      "Inductor's forward (1 read of the logits)",
+    build=build_compile_cross_entropy_loss, traffic=Traffic(1, 0), per_shape=True, **CROSS_ENTROPY_LOSS,
+))

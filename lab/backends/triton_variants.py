@@ -14,6 +14,7 @@ from lab.registry import Traffic, Unavailable, Variant, register
 # Each module's MAX_N, repeated so that listing variants does not import triton (a test keeps them equal).
 FUSED_MAX_N = 65536  # triton_kernels.fused.MAX_N
 MULTIROW_MAX_N = 32768  # triton_kernels.multirow.MAX_N
+CROSS_ENTROPY_FUSED_MAX_V = 16384  # triton_kernels.cross_entropy.FUSED_MAX_V
 FUSED_LIMIT = "the whole row must fit in one program's registers"
 MULTIROW_LIMIT = "the whole row must fit in one program's registers (at N = 65536 they spill on sm_90)"
 
@@ -109,14 +110,29 @@ register(Variant(
 
 # --- cross_entropy ---------------------------------------------------------------------------------
 CROSS_ENTROPY = {k: v for k, v in BASE.items() if k != "op"}
+CROSS_ENTROPY_LOSS = dict(CROSS_ENTROPY, writes_out=False)  # (loss,) returned: a scalar or one per row
 register(Variant(
     name="triton.fused", op="cross_entropy",
     description="one program per row, the whole row in registers: loss and dlogits from one read, one write",
     build=loader("triton_kernels.cross_entropy", "cross_entropy_fused"), traffic=Traffic(1, 1),
-    max_n=16384, max_n_reason="the whole row must fit in one program's registers", **CROSS_ENTROPY,
+    max_n=CROSS_ENTROPY_FUSED_MAX_V, max_n_reason=FUSED_LIMIT, **CROSS_ENTROPY,
 ))
 register(Variant(
     name="triton.looped", op="cross_entropy",
     description="any V: an online (max, sum) loop over chunks, then a loop writing dlogits (2 reads of the logits)",
     build=loader("triton_kernels.cross_entropy", "cross_entropy_looped"), traffic=Traffic(2, 1), **CROSS_ENTROPY,
+))
+
+# --- cross_entropy_loss: the same kernels without dlogits --------------------------------------------
+register(Variant(
+    name="triton.fused", op="cross_entropy_loss",
+    description="one program per row, the whole row in registers: the loss from one read",
+    build=loader("triton_kernels.cross_entropy", "cross_entropy_loss_fused"), traffic=Traffic(1, 0),
+    max_n=CROSS_ENTROPY_FUSED_MAX_V, max_n_reason=FUSED_LIMIT, **CROSS_ENTROPY_LOSS,
+))
+register(Variant(
+    name="triton.looped", op="cross_entropy_loss",
+    description="any V: an online (max, sum) loop over chunks (1 read; a second with label smoothing)",
+    build=loader("triton_kernels.cross_entropy", "cross_entropy_loss_looped"), traffic=Traffic(1, 0),
+    **CROSS_ENTROPY_LOSS,
 ))

@@ -15,6 +15,9 @@ no part in the loss, so the lab defines zero). Special values otherwise follow P
 or a row of only -inf, makes its loss NaN; a target whose logit is -inf makes it +inf.
 
 GB/s = 2*M*V*itemsize / time: read the logits once, write dlogits once (the target and the loss are O(M)).
+
+cross_entropy_loss: the loss alone, as evaluation computes it (no gradient): the same inputs, options, cases and
+sweeps; GB/s = M*V*itemsize / time, one read of the logits.
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ def framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossE
     return _ignored_rows_zero(loss_and_grad(loss_of, logits, target, options), target, options)
 
 
-def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT,
+                with_grad: bool = True) -> tuple[torch.Tensor, ...]:
     """What each output's rounding error grows with, per element. The gradient,
         dz_j = c * s'(x_j) * [w_y (1 - s) (p_j - [j = y]) + s / V (p_j sum(w) - w_j) + 2 lambda lse p_j]
     (c the reduction's factor, s the label smoothing, w the class weights, 1 without), subtracts the target's share
@@ -136,7 +139,8 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
     (tanh^2 near 1: float32 leaves it a multiple of 2^-24, in PyTorch's autograd as in the lab's kernels), so its
     factor in the scale is s'' = 1 + tanh^2(x / cap), the size of its terms. A row's loss,
     w_y (1 - s) (lse - z_y) + s / V sum_j w_j (lse - z_j) + lambda lse^2, cancels the same way where the target is
-    confident (a loss of 2e-4 from an lse of 5): its scale is the same sum of magnitudes, reduced as the loss is."""
+    confident (a loss of 2e-4 from an lse of 5): its scale is the same sum of magnitudes, reduced as the loss is.
+    (loss's scale, dlogits'), or (loss's,) without with_grad (cross_entropy_loss)."""
     m, v = logits.shape
     counted = target != options.ignore_index
     weight = torch.ones(v, dtype=torch.float64, device=logits.device) if options.weight is None else \
@@ -144,7 +148,8 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
     w_y = torch.where(counted, weight[target.clamp(0)] if v else 0.0, 0.0)
     c = 1.0 / w_y.sum() if options.reduction == "mean" else 1.0
     s, lam = options.label_smoothing, options.z_loss
-    grad = torch.empty(m, v, dtype=torch.float32, device=logits.device)  # a tolerance's scale: float32 will do
+    # A tolerance's scale: float32 will do.
+    grad = torch.empty(m, v, dtype=torch.float32, device=logits.device) if with_grad else None
     row = torch.zeros(m, dtype=torch.float64, device=logits.device)
     step = max(1, SCALE_CHUNK // max(1, v))
     for r0 in range(0, m if v else 0, step):  # in chunks of rows: a few float64 temporaries of a chunk's size
@@ -154,17 +159,19 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
         dcap = 1 + torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0  # s'' above
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
         wy = w_y[r0:r1].unsqueeze(-1)
-        p = torch.exp(z - lse)
-        terms = p * (wy * (1 - s) + s / v * weight.sum() + 2 * lam * lse.abs()) + s / v * weight
-        terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), wy * (1 - s))
-        grad[r0:r1] = (c * counted[r0:r1].unsqueeze(-1) * dcap * terms).nan_to_num_(nan=0.0, posinf=0.0)
+        if grad is not None:
+            p = torch.exp(z - lse)
+            terms = p * (wy * (1 - s) + s / v * weight.sum() + 2 * lam * lse.abs()) + s / v * weight
+            terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), wy * (1 - s))
+            grad[r0:r1] = (c * counted[r0:r1].unsqueeze(-1) * dcap * terms).nan_to_num_(nan=0.0, posinf=0.0)
         lse_abs, zabs = lse.abs(), torch.where(z.isfinite(), z.abs(), 0.0)
         z_y = zabs.gather(-1, target[r0:r1].clamp(0).unsqueeze(-1))
         row[r0:r1] = (wy * (1 - s) * (lse_abs + z_y) + s / v * (weight * (lse_abs + zabs)).sum(-1, keepdim=True)
                       + lam * lse_abs * lse_abs).squeeze(-1)
     row = torch.where(counted, row, 0.0)
     loss = row if options.reduction == "none" else row.sum() * c
-    return loss.nan_to_num(nan=0.0, posinf=0.0), grad
+    loss = loss.nan_to_num(nan=0.0, posinf=0.0)
+    return (loss, grad) if grad is not None else (loss,)
 
 
 SCALE_CHUNK = 2**24
@@ -264,5 +271,44 @@ CROSS_ENTROPY = register_operator(Operator(
     output_dtypes=lambda dtype: (torch.float32, dtype),
     checked_as=lambda dtype: (dtype, dtype),  # a 16-bit loss as PyTorch gives it: in the logits' dtype
     output_names=("loss", "dlogits"),
+    x_label="V (vocabulary)",
+))
+
+
+def loss_reference(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
+                   ) -> tuple[torch.Tensor]:
+    """(loss,) in float64: loss_of on the float64 logits."""
+    with torch.no_grad():
+        return (loss_of(logits.double(), target, options),)
+
+
+def loss_framework_result(logits: torch.Tensor, target: torch.Tensor, options: CrossEntropyOptions = DEFAULT
+                          ) -> tuple[torch.Tensor]:
+    """PyTorch's own loss in the logits' dtype (cross_entropy's framework_result, without the gradient)."""
+    with torch.no_grad():
+        return (loss_of(logits, target, options),)
+
+
+CROSS_ENTROPY_LOSS = register_operator(Operator(
+    name="cross_entropy_loss",
+    description="loss = cross_entropy(logits, target) alone, as evaluation computes it (no gradient; logits: M x V)",
+    make_inputs=make_inputs,
+    special_cases=special_cases,
+    reference=loss_reference,
+    tolerances=TOLERANCES,
+    cpu_tolerances=CPU_TOLERANCES,
+    # One read of the logits; the GB/s's copy moves the same bytes (half read, half written), as every operator's.
+    min_traffic=Traffic(1, 0),
+    bytes_formula="M*V*itemsize",
+    baseline="torch.cross_entropy",
+    sweeps=SWEEPS,
+    gpu_sweeps=("vocab",),
+    edge_shapes=EDGE_SHAPES,
+    cpu_edge_max_n=CPU_EDGE_MAX_N,
+    error_scale=lambda logits, target, options=DEFAULT: error_scale(logits, target, options, with_grad=False),
+    framework_result=loss_framework_result,
+    output_dtypes=lambda dtype: (torch.float32,),
+    checked_as=lambda dtype: (dtype,),
+    output_names=("loss",),
     x_label="V (vocabulary)",
 ))

@@ -292,8 +292,9 @@ constexpr int kResidentMinBlocks =
 // its factor, and the thread that holds the target's pack writes the target's element again after its pack, and the
 // row's loss. A row whose target is ignore_index writes zeros and loss 0, one outside [0, N) NaN; both still take
 // part in the exchange, which counts rows.
+// LOSS without GRAD: the loss alone (evaluation), one read of the row and nothing of its size written (y unused).
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED, bool SHIFTED = false, bool ONE_ROW = false,
-          bool LOSS = false>
+          bool LOSS = false, bool GRAD = true>
 __global__ void __launch_bounds__(THREADS,
                                   (kResidentMinBlocks<THREADS, kDataRegisters<T, ELEMS, PACKED>, STAGES == 0,
                                                       ONE_ROW && std::is_same_v<T, __nv_bfloat16>, LOSS>))
@@ -521,6 +522,8 @@ __global__ void __launch_bounds__(THREADS,
     if constexpr (LOSS) {
       if (te < 0) {  // the target is ignore_index (zeros, loss 0) or out of range (NaN), for the whole cluster
         const float fill = te == kIgnored ? 0.0f : CUDART_NAN_F;
+        if (cluster.block_rank() == 0 && tid == 0) loss_rows.loss[row] = fill;
+        if constexpr (!GRAD) continue;
         Pack<T> f;
 #pragma unroll
         for (int j = 0; j < K; ++j) f.v[j] = from_float<T>(fill);
@@ -536,7 +539,6 @@ __global__ void __launch_bounds__(THREADS,
             }
           }
         }
-        if (cluster.block_rank() == 0 && tid == 0) loss_rows.loss[row] = fill;
         continue;
       }
       cw = s * w;
@@ -546,6 +548,7 @@ __global__ void __launch_bounds__(THREADS,
         target_grad = from_float<T>(cw * (fast_exp(target_logit - total.m) * __fdividef(1.0f, total.d) - 1.0f));
         loss_rows.loss[row] = w * (logf(total.d) + (total.m - target_logit));
       }
+      if constexpr (!GRAD) continue;  // the loss alone: nothing else of the row is written
     }
     if constexpr (PACKED) {
       // y = exp(x - M) / D, recomputed from the inputs. A NaN anywhere in the row made D NaN, so
@@ -707,9 +710,9 @@ cudaError_t clock_khz(int* khz) {
 
 // SHIFTED: rows not 16-byte aligned (shiftable), each split as its shifted row of up to K - 1 more elements.
 // ONE_ROW: one cluster per row only (a persistent launch is refused), every row in the one grid.
-// LOSS: cross-entropy (a.y takes the gradient), with `loss_rows`.
+// LOSS: cross-entropy (a.y takes the gradient, unless !GRAD: the loss alone), with `loss_rows`.
 template <typename T, int THREADS, int ELEMS, int STAGES, bool PACKED, bool SHIFTED, bool ONE_ROW = false,
-          bool LOSS = false>
+          bool LOSS = false, bool GRAD = true>
 cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, StaggerPlan stagger,
                             cudaStream_t stream, const LossRows& loss_rows = {}) {
   if (ONE_ROW && (persistent || a.rows > INT_MAX / cluster)) return cudaErrorInvalidValue;
@@ -721,8 +724,8 @@ cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, Sta
   int khz = 0;
   if (stagger.groups > 1 && stagger.step_ns > 0) LAB_CUDA_TRY(clock_khz(&khz));
   return launch_clusters(
-      cluster_rows_kernel<T, THREADS, ELEMS, STAGES, PACKED, SHIFTED, ONE_ROW, LOSS>, cluster, THREADS, smem, a.rows,
-      persistent, stream, [&](int resident, int64_t clusters) {
+      cluster_rows_kernel<T, THREADS, ELEMS, STAGES, PACKED, SHIFTED, ONE_ROW, LOSS, GRAD>, cluster, THREADS, smem,
+      a.rows, persistent, stream, [&](int resident, int64_t clusters) {
         // Only a launch of a wave or more: with fewer rows than resident clusters the stagger only
         // delays (bfloat16 8x262144: 73.2 -> 50.8% of a copy staggered).
         const int64_t first_wave = clusters >= resident ? resident : 0;

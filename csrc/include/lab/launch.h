@@ -60,7 +60,8 @@ using RowsGradLauncher = cudaError_t (*)(const RowsGradArgs&, cudaStream_t);
 // loss[i] = w_t * (logsumexp(x_i) - x_it) and dx_i = *scale * w_t * (softmax(x_i) - onehot(t)), w_t = weight[t]
 // (1 where weight is null; float32, cols of them) and *scale the reduction's factor (float32, on the device). A row
 // whose target is ignore_index has loss 0 and dx 0; a target outside [0, cols) gives NaN. The bindings guarantee
-// rows >= 1, 1 <= cols <= INT32_MAX, int64 targets, float32 loss (rows), and that x and dx do not overlap.
+// rows >= 1, 1 <= cols <= INT32_MAX, int64 targets, float32 loss (rows), and that x and dx do not overlap
+// (where grad: else dx is x, and nothing is written at it).
 struct CrossEntropyArgs {
   const void* x;
   void* dx;
@@ -74,6 +75,7 @@ struct CrossEntropyArgs {
   int64_t dx_row_stride;
   int64_t ignore_index;
   DType dtype;
+  bool grad;  // false: the loss alone (evaluation)
 };
 using CrossEntropyLauncher = cudaError_t (*)(const CrossEntropyArgs&, cudaStream_t);
 
@@ -88,7 +90,7 @@ struct CrossEntropyTargetsArgs {
   int64_t ignore_index;
   bool mean;
   float* summary;
-  int64_t* bad;
+  int64_t* bad;  // null: not written (nothing checks the targets); else device or mapped pinned host memory
 };
 
 // cross_entropy's reduction, after its kernel: loss = the sum of the rows' losses, divided by summary[0] for the mean.
