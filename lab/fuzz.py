@@ -1,5 +1,5 @@
 """Randomized differential testing of the softmax variants against float64 torch.softmax (and, with --op
-cross_entropy, of the cross-entropy variants against their float64 reference).
+cross_entropy or cross_entropy_loss, of the cross-entropy variants against their float64 reference).
 
     python -m lab.fuzz [--op cross_entropy] [--cases 10000] [--seed 0] [--only NAMES] [--skip NAMES] [--max-elements E]
     python -m lab.fuzz --seed S --case K --only NAME      # one case again: what a failure prints
@@ -17,6 +17,7 @@ cross_entropy's cases are the same logits (but for "huge" ones: magnitudes near 
 float32 loss, PyTorch's too), with targets drawn from the vocabulary (one row in eight ignored) and options drawn
 from the operator's (the defaults in most cases, else a reduction, label smoothing, z-loss, soft-capping, class
 weights, another ignore_index, or several); a variant that lacks a case's options skips it (case_reason).
+cross_entropy_loss's cases are cross_entropy's, the loss alone checked.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from lab.inputs import Shape, irregular, make_input
 from lab.registry import Unavailable, Variant, dtype_name, variants
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-OPERATORS = ("softmax", "cross_entropy")
+OPERATORS = ("softmax", "cross_entropy", "cross_entropy_loss")
+LOSSES = ("cross_entropy", "cross_entropy_loss")  # drawn logits, targets and options (cross_entropy_inputs)
 KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf rows", "+inf", "NaN", "huge",
          "all equal", "tiny")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
@@ -289,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 
     start = time.perf_counter()
-    kinds = CROSS_ENTROPY_KINDS if args.op == "cross_entropy" else KINDS
+    kinds = CROSS_ENTROPY_KINDS if args.op in LOSSES else KINDS
     for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
                                          args.start, kinds)):
         # Which variants take the case is known before its input is made: a case none of them takes (a run
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 takers.append(v)
         x = make(case, device) if takers else None
         assert x is None or Shape.of(x) == shape, (Shape.of(x), shape)
-        if x is not None and op.name == "cross_entropy":
+        if x is not None and op.name in LOSSES:
             x = cross_entropy_inputs(case, x)
             for v in [v for v in takers if v.case_skip_reason(*x)]:
                 takers.remove(v)

@@ -5,7 +5,8 @@ and trust.json.
 
 1. Randomized differential testing (lab.fuzz): --cases seeded cases against float64 for every variant
    that can run, gradients included; mismatches with the command that reproduces each. The same for the
-   cross_entropy variants (python -m lab.fuzz --op cross_entropy: drawn logits, targets and options).
+   cross_entropy variants and the loss alone's (python -m lab.fuzz --op cross_entropy, --op cross_entropy_loss:
+   drawn logits, targets and options).
 2. Large tensors: more than 2^31 elements, as many short rows and as few long rows, for every
    variant that claims the shape (the GPU tests' 64-bit indexing cases); lab.cross_entropy over more than 2^31
    logits through each of its kernels.
@@ -49,7 +50,8 @@ PASS, FAIL = "pass", "FAIL"
 # The lab's own differentiable entries: lab.softmax, every torch.ops.lab softmax op, every Triton entry.
 DIFFERENTIABLE_OWN = ("lab", "cuda", "triton")
 COMPILED_BACKWARD = "compiled backward (fullgraph)"
-SECTIONS = ("fuzz", "fuzz_cross_entropy", "large", "sanitizers", "citizenship", "bad_inputs", "cross_entropy_entry")
+FUZZ_LOSSES = {f"fuzz_{op}": op for op in fuzz.LOSSES}  # a section each: lab.fuzz --op cross_entropy(_loss)
+SECTIONS = ("fuzz", *FUZZ_LOSSES, "large", "sanitizers", "citizenship", "bad_inputs", "cross_entropy_entry")
 
 
 def cell(ok: bool, why: str = "") -> dict:
@@ -342,7 +344,7 @@ def write_markdown(data: dict, path: Path) -> None:
           f"{data['environment'].get('gpu', 'CPU')}, {data['environment']['date']}.", ""]
     if left_out := [s for s in SECTIONS if s not in data.get("sections", SECTIONS)]:
         md += [f"Sections not run (`--sections {','.join(data['sections'])}`): {', '.join(left_out)}.", ""]
-    for key in ("fuzz", "fuzz_cross_entropy"):
+    for key in ("fuzz", *FUZZ_LOSSES):
         if key in data:
             md += fuzz_markdown(data[key])
     if "large" in data:
@@ -380,11 +382,12 @@ def write_markdown(data: dict, path: Path) -> None:
 
 
 def fuzz_markdown(fz: dict) -> list[str]:
-    cross_entropy = fz.get("op", "softmax") == "cross_entropy"
-    against = ("against the float64 loss and gradient, targets and options drawn per case (a variant that lacks "
-               "a case's options skips it)" if cross_entropy else
+    op = fz.get("op", "softmax")
+    outputs = "loss and gradient" if op == "cross_entropy" else "loss"
+    against = (f"against the float64 {outputs}, targets and options drawn per case (a variant that lacks a case's "
+               "options skips it)" if op in fuzz.LOSSES else
                "against float64 torch.softmax, gradients on every tenth float32 case")
-    md = [f"## Randomized differential testing{': cross_entropy' if cross_entropy else ''}", "",
+    md = [f"## Randomized differential testing{'' if op == 'softmax' else ': ' + op}", "",
           ("Seeded cases in the parts below" if len(fz.get("parts", [])) > 1 else
            f"{fz['cases']} seeded cases") + f" (seed {fz['seed']}, M * N up to "
           f"{fz.get('max_elements', 'the default')}) {against}.", "",
@@ -456,12 +459,14 @@ def main() -> int:
                        str(args.fuzz_json[0])])
         data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
         print(f"fuzz done in {time.perf_counter() - start:.0f} s", flush=True)
-    if "fuzz_cross_entropy" in args.sections:
-        path = args.out / "fuzz_cross_entropy.json"
-        fuzz.main(["--op", "cross_entropy", "--cases", str(args.cases), "--seed", str(args.seed), "--max-elements",
+    for section, op in FUZZ_LOSSES.items():
+        if section not in args.sections:
+            continue
+        path = args.out / f"{section}.json"
+        fuzz.main(["--op", op, "--cases", str(args.cases), "--seed", str(args.seed), "--max-elements",
                    str(args.max_elements), "--per-shape-cases", str(args.per_shape_cases), "--json", str(path)])
-        data["fuzz_cross_entropy"] = merge_fuzz([json.loads(path.read_text())])
-        print(f"cross_entropy fuzz done at {time.perf_counter() - start:.0f} s", flush=True)
+        data[section] = merge_fuzz([json.loads(path.read_text())])
+        print(f"{op} fuzz done at {time.perf_counter() - start:.0f} s", flush=True)
     runnable = [v for v in variants("softmax") if v.availability() is None]
     if "citizenship" in args.sections:
         data["compiled_backward"] = {"rows": fuzz.BACKWARD_ROWS, "row_lengths": fuzz.backward_row_lengths()}
@@ -490,7 +495,7 @@ def main() -> int:
     write_markdown(data, args.out / "trust.md")
     failed = [(n, c) for key in ("citizenship", "bad_inputs", "cross_entropy_entry")
               for n, row in data.get(key, {}).items() for c, r in row.items() if r["result"] == FAIL]
-    mismatches = sum(len(c["mismatches"]) for key in ("fuzz", "fuzz_cross_entropy")
+    mismatches = sum(len(c["mismatches"]) for key in ("fuzz", *FUZZ_LOSSES)
                      for c in data.get(key, {}).get("variants", {}).values())
     san = data.get("sanitizers", {}).get("returncode", 0)
     large = data.get("large", {}).get("returncode", 0)

@@ -28,18 +28,19 @@ def test_quick_subset_has_no_mismatch(tmp_path):
     assert counts and all(c["cases"] > 0 and not c["mismatches"] for c in counts.values()), counts
 
 
-def test_cross_entropy_subset_has_no_mismatch(tmp_path):
-    """cross_entropy's variants that run here (Triton interpreted, PyTorch's) on 30 cases of drawn logits, targets
-    and options: none mismatches; a variant that lacks a case's options, or PyTorch's where its gradient is NaN by
-    its own definition, skips the case and counts it."""
+@pytest.mark.parametrize("op", fuzz.LOSSES)
+def test_cross_entropy_subset_has_no_mismatch(tmp_path, op):
+    """cross_entropy's variants (and the loss alone's) that run here (Triton interpreted, PyTorch's) on 30 cases of
+    drawn logits, targets and options: none mismatches; a variant that lacks a case's options, or PyTorch's where its
+    gradient is NaN by its own definition, skips the case and counts it."""
     import json
 
     out = tmp_path / "fuzz.json"
-    peers = [v.name for v in variants("cross_entropy") if v.backend == "peer"]
-    code = fuzz.main(["--op", "cross_entropy", "--cases", "30", "--max-elements", "3000", "--max-n", "1500",
+    peers = [v.name for v in variants(op) if v.backend == "peer"]
+    code = fuzz.main(["--op", op, "--cases", "30", "--max-elements", "3000", "--max-n", "1500",
                       "--skip", ",".join(["torch.compile", *peers]), "--json", str(out)])
     data = json.loads(out.read_text())
-    assert code == 0 and data["op"] == "cross_entropy"
+    assert code == 0 and data["op"] == op
     counts = data["variants"]
     assert counts and all(c["cases"] > 0 and not c["mismatches"] for c in counts.values()), counts
     case = fuzz.draw(0, 3, fuzz.lengths([], 3000), 6000, 3000, fuzz.CROSS_ENTROPY_KINDS)
