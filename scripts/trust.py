@@ -419,7 +419,8 @@ def main() -> int:
                    help=f"the sections to run, comma-separated, of {','.join(SECTIONS)} (default all)")
     p.add_argument("--skip-sanitizers", action="store_true", help="leave out section 3 (it takes minutes)")
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
-                   "OUT/trust.json with the parts given by --fuzz-json (a part run later) and rewrite trust.md")
+                   "OUT/trust.json with the parts given by --fuzz-json (a part run later; each file to the section "
+                   "of its operator) and rewrite trust.md")
     p.add_argument("--sanitizer-summary", type=Path, help="with --refuzz: take section 3 from the saved output of "
                    "a separate `bash scripts/remote/gpu.sh sanitize` run (its checks.txt header names the commit)")
     args = p.parse_args()
@@ -434,8 +435,14 @@ def main() -> int:
         if not args.fuzz_json:
             sys.exit("trust: --refuzz needs --fuzz-json")
         data = json.loads((args.out / "trust.json").read_text())
-        data["fuzz"] = merge_fuzz([json.loads(path.read_text()) for path in args.fuzz_json])
-        data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), "fuzz"}]
+        by_section: dict[str, list[dict]] = {}  # each JSON to its operator's section (lab.fuzz writes its --op)
+        for path in args.fuzz_json:
+            part = json.loads(path.read_text())
+            op = part.get("op", "softmax")
+            by_section.setdefault("fuzz" if op == "softmax" else f"fuzz_{op}", []).append(part)
+        for section, parts in by_section.items():
+            data[section] = merge_fuzz(parts)
+        data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), *by_section}]
         if args.sanitizer_summary:
             data["sanitizers"] = {**parse_sanitizers(args.sanitizer_summary.read_text()), "separate": True}
             if not data["sanitizers"]["tools"]:

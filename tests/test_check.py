@@ -429,6 +429,19 @@ def test_framework_bound_takes_twice_pytorchs_error():
         assert check.framework_bound(y, framework, ref, tol).ok is ok, factor
 
 
+def test_the_framework_bounds_floor_is_of_the_error_scale_where_the_operator_has_one():
+    """A reference of zeros that PyTorch computes exactly (a soft-capped row of one logit: loss and gradient 0) and
+    a result a float32 ulp of its scale off: the floor of |ref| is 0 and fails it, the floor of the scale passes it;
+    an error of a hundredth of the scale still fails."""
+    ref = torch.zeros(4, dtype=torch.float64)
+    scale = torch.full((4,), 1.5, dtype=torch.float64)
+    tol = check.Tolerance(rtol=1e-2, atol_rel=1e-5, norm_tol=1e-2)
+    y = ref + 2.0**-23
+    assert not check.framework_bound(y, ref.clone(), ref, tol).ok
+    assert check.framework_bound(y, ref.clone(), ref, tol, scale).ok
+    assert not check.framework_bound(ref + 1.5e-2, ref.clone(), ref, tol, scale).ok
+
+
 def test_a_low_precision_result_is_held_to_pytorchs_own_error():
     """In 16-bit dtypes a result within the tolerance still fails past twice PyTorch's own error (here PyTorch's
     stand-in is exact, so the bound is the floor); in float32 the float64 tolerance alone decides."""

@@ -110,6 +110,16 @@ def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path)
     md = (tmp_path / "trust.md").read_text()
     assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999" in md
     assert json.loads((tmp_path / "trust.json").read_text())["fuzz"]["cases"] == 1000
+    # A cross_entropy part goes to its own section, the softmax one staying as it is.
+    (tmp_path / "c.json").write_text(json.dumps({**part, "op": "cross_entropy", "cases": 40}))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "trust.py"), "--out", str(tmp_path), "--refuzz",
+                           "--fuzz-json", str(tmp_path / "c.json")],
+                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+                                                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "trust.json").read_text())
+    assert data["fuzz"]["cases"] == 1000 and data["fuzz_cross_entropy"]["cases"] == 40
+    assert "## Randomized differential testing: cross_entropy" in (tmp_path / "trust.md").read_text()
 
 
 def test_a_separate_sanitizer_run_is_merged_and_its_errors_count():
