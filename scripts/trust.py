@@ -68,6 +68,17 @@ def agrees(y: torch.Tensor, x: torch.Tensor) -> bool:
     return check.compare(y, SOFTMAX.reference(x), x.dtype, tolerances=tolerances).ok
 
 
+def on_side_stream(fn):
+    """fn() on a new stream that waits for the current one's work, the current one then waiting for it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        result = fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    return result
+
+
 def citizenship(v: Variant) -> dict[str, dict]:
     kernel = v.kernel()
     # 64 rows of 1000, or of the longest row the variant takes where that is shorter (cuda.tiled_rows: 512)
@@ -96,13 +107,7 @@ def citizenship(v: Variant) -> dict[str, dict]:
     except Exception as e:
         out["CUDA graph capture and replay"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            y = kernel(x)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        out["non-default stream"] = cell(agrees(y, x))
+        out["non-default stream"] = cell(agrees(on_side_stream(lambda: kernel(x)), x))
     except Exception as e:
         out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
     if v.backend in DIFFERENTIABLE_OWN:
@@ -194,11 +199,8 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
 
     def graph() -> bool:
         static = logits.detach().clone().requires_grad_()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # the warm-up (Triton's compilation) outside the capture
-            lab.cross_entropy(static, target, **options).backward()
-        torch.cuda.current_stream().wait_stream(side)
+        # The warm-up (Triton's compilation) outside the capture.
+        on_side_stream(lambda: lab.cross_entropy(static, target, **options).backward())
         static.grad = None
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
@@ -213,13 +215,7 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
         return check.check(lambda *_: (loss.detach().float(), static.grad), case_now, False, op=op).ok
 
     def side_stream() -> bool:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            result = step(logits)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        return right(*result)
+        return right(*on_side_stream(lambda: step(logits)))
 
     def identical() -> bool:
         runs = [step(logits) for _ in range(3)]

@@ -131,17 +131,22 @@ def torch_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> 
     return loss_and_grad(cross_entropy_float32, logits, target, options)
 
 
-def build_compile_cross_entropy():
-    """torch.compile of the float32 loss for one shape, forward and backward (AOTAutograd compiles both), a fresh
-    compile for each set of options (each would otherwise recompile the shape's graph)."""
+def build_compile_cross_entropy(with_grad: bool = True):
+    """torch.compile of the float32 loss for one shape, forward and backward (AOTAutograd compiles both), or without
+    grad the forward alone (the loss alone: cross_entropy_loss), a fresh compile for each set of options (each would
+    otherwise recompile the shape's graph)."""
     from lab.operators.cross_entropy import loss_and_grad
 
     compiled: dict[int, object] = {}
 
-    def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
+    def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, ...]:
         if id(options) not in compiled:
             compiled[id(options)] = (options, fresh_compile(cross_entropy_float32))  # holding options keeps its id
-        return loss_and_grad(compiled[id(options)][1], logits, target, options)
+        fn = compiled[id(options)][1]
+        if with_grad:
+            return loss_and_grad(fn, logits, target, options)
+        with torch.no_grad():
+            return (fn(logits, target, options),)
 
     return kernel
 
@@ -186,20 +191,6 @@ def torch_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options
         return (cross_entropy_float32(logits, target, options),)
 
 
-def build_compile_cross_entropy_loss():
-    """torch.compile of the float32 loss for one shape, without grad (Inductor compiles the forward alone), a fresh
-    compile for each set of options."""
-    compiled: dict[int, object] = {}
-
-    def kernel(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
-        if id(options) not in compiled:
-            compiled[id(options)] = (options, fresh_compile(cross_entropy_float32))
-        with torch.no_grad():
-            return (compiled[id(options)][1](logits, target, options),)
-
-    return kernel
-
-
 def cross_entropy_loss_traffic(dtype: torch.dtype) -> Traffic:
     """F.cross_entropy's forward on float32 logits: the upcast (read the logits, write float32) and log_softmax
     (read, write); nll's gather is O(M). float32 passes weigh 4/itemsize."""
@@ -217,5 +208,6 @@ register(Variant(
 register(Variant(
     name="torch.compile", description="torch.compile of the same loss without grad, compiled for each shape: "
                                       "Inductor's forward (1 read of the logits)",
-    build=build_compile_cross_entropy_loss, traffic=Traffic(1, 0), per_shape=True, **CROSS_ENTROPY_LOSS,
+    build=lambda: build_compile_cross_entropy(with_grad=False), traffic=Traffic(1, 0), per_shape=True,
+    **CROSS_ENTROPY_LOSS,
 ))

@@ -22,6 +22,7 @@ sweeps; GB/s = M*V*itemsize / time, one read of the logits.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -289,26 +290,18 @@ def loss_framework_result(logits: torch.Tensor, target: torch.Tensor, options: C
         return (loss_of(logits, target, options),)
 
 
-CROSS_ENTROPY_LOSS = register_operator(Operator(
+# The same inputs, cases, tolerances and sweeps as cross_entropy's; one output, one read.
+CROSS_ENTROPY_LOSS = register_operator(dataclasses.replace(
+    CROSS_ENTROPY,
     name="cross_entropy_loss",
     description="loss = cross_entropy(logits, target) alone, as evaluation computes it (no gradient; logits: M x V)",
-    make_inputs=make_inputs,
-    special_cases=special_cases,
     reference=loss_reference,
-    tolerances=TOLERANCES,
-    cpu_tolerances=CPU_TOLERANCES,
     # One read of the logits; the GB/s's copy moves the same bytes (half read, half written), as every operator's.
     min_traffic=Traffic(1, 0),
     bytes_formula="M*V*itemsize",
-    baseline="torch.cross_entropy",
-    sweeps=SWEEPS,
-    gpu_sweeps=("vocab",),
-    edge_shapes=EDGE_SHAPES,
-    cpu_edge_max_n=CPU_EDGE_MAX_N,
     error_scale=lambda logits, target, options=DEFAULT: error_scale(logits, target, options, with_grad=False),
     framework_result=loss_framework_result,
     output_dtypes=lambda dtype: (torch.float32,),
     checked_as=lambda dtype: (dtype,),
     output_names=("loss",),
-    x_label="V (vocabulary)",
 ))
