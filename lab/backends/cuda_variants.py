@@ -270,12 +270,17 @@ SOFTMAX_BACKWARD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
 
 # cross_entropy: an op that writes the loss per row and dlogits and returns nothing; the reduction, the checks of the
 # targets and the options it lacks are Python's (triton_kernels/cross_entropy.py, cross_entropy_fwd_bwd).
-def build_cross_entropy_cluster():
+def require_cluster_kernel() -> None:
+    """Raises Unavailable unless the cross-entropy cluster kernel can run here: built, a GPU, clusters (sm_90+)."""
     load_extension()
     if not torch.cuda.is_available():
         raise Unavailable("compiled (lab._C); needs a GPU to run")
     if torch.cuda.get_device_capability() < (9, 0):
         raise Unavailable("needs thread-block clusters (compute capability 9.0 or newer)")
+
+
+def build_cross_entropy_cluster():
+    require_cluster_kernel()
     from triton_kernels.cross_entropy import cross_entropy_fwd_bwd
 
     def cross_entropy_cluster(logits: torch.Tensor, target: torch.Tensor, options, out=None):
@@ -285,7 +290,7 @@ def build_cross_entropy_cluster():
 
 
 def build_cross_entropy_loss_cluster():
-    build_cross_entropy_cluster()  # raises Unavailable as cross_entropy's does
+    require_cluster_kernel()
     from triton_kernels.cross_entropy import cross_entropy_loss
 
     def cross_entropy_loss_cluster(logits: torch.Tensor, target: torch.Tensor, options):

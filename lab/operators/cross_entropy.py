@@ -156,11 +156,12 @@ def error_scale(logits: torch.Tensor, target: torch.Tensor, options: CrossEntrop
     for r0 in range(0, m if v else 0, step):  # in chunks of rows: a few float64 temporaries of a chunk's size
         r1 = min(m, r0 + step)
         x = logits[r0:r1].double()
-        z = options.softcap * torch.tanh(x / options.softcap) if options.softcap is not None else x
-        dcap = 1 + torch.tanh(x / options.softcap) ** 2 if options.softcap is not None else 1.0  # s'' above
+        tanh = torch.tanh(x / options.softcap) if options.softcap is not None else None
+        z = options.softcap * tanh if tanh is not None else x
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
         wy = w_y[r0:r1].unsqueeze(-1)
         if grad is not None:
+            dcap = 1 + tanh**2 if tanh is not None else 1.0  # s'' above
             p = torch.exp(z - lse)
             terms = p * (wy * (1 - s) + s / v * weight.sum() + 2 * lam * lse.abs()) + s / v * weight
             terms.scatter_add_(-1, target[r0:r1].clamp(0).unsqueeze(-1), wy * (1 - s))
