@@ -513,6 +513,73 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 
 #endif  // LAB_HAS_SOFTMAX
 
+#ifdef LAB_HAS_CROSS_ENTROPY
+// Tuning the cross-entropy kernel's launch (scripts/tune/tune_cross_entropy_cluster.py):
+//   torch.ops.lab_tune.cross_entropy_loss(Tensor logits, Tensor target, int shape, int cluster, bool persistent,
+//                                         int stagger_groups=1, int stagger_ns=0) -> Tensor
+//       the loss per row (the loss alone: no gradient, no reduction, ignore_index -100, no class weights) from the
+//       cluster kernel alone on the given plan (errors where the shape is not compiled for it or its registers do
+//       not hold the slice)
+//   torch.ops.lab_tune.cross_entropy_shapes(ScalarType dtype) -> int[]   the resident shapes (indices of
+//       cluster_shapes) compiled for the kernel in that dtype
+//   torch.ops.lab_tune.cross_entropy_loss_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]
+//       the loss alone's plan, as cluster_plan gives softmax's
+namespace {
+at::Tensor tune_cross_entropy_loss(const at::Tensor& x, const at::Tensor& target, int64_t shape, int64_t cluster,
+                                   bool persistent, int64_t stagger_groups, int64_t stagger_ns) {
+  const char* op = "cross_entropy_loss (tuned)";
+  lab::check_rows(x, op);
+  TORCH_CHECK(target.device() == x.device() && target.scalar_type() == at::kLong && target.dim() == 1 &&
+                  target.size(0) == x.size(0) && target.is_contiguous(),
+              "lab_tune::", op, ": expected target to be a contiguous 1-D int64 tensor of ", x.size(0),
+              " elements on ", x.device());
+  TORCH_CHECK(stagger_groups >= 1 && stagger_groups <= 64 && stagger_ns >= 0 && stagger_ns <= 100000, "lab_tune::",
+              op, ": stagger_groups must be 1 to 64 and stagger_ns 0 to 100000, got ", stagger_groups, " and ",
+              stagger_ns);
+  at::Tensor loss_rows = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  const lab::ClusterPlan plan{static_cast<int>(shape), static_cast<int>(cluster), persistent,
+                              {static_cast<int>(stagger_groups), static_cast<int>(stagger_ns)}};
+  const lab::CrossEntropyArgs args{x.data_ptr(), x.data_ptr(), target.data_ptr<int64_t>(), nullptr, nullptr,
+                                   loss_rows.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), x.stride(0),
+                                   -100, lab::to_lab_dtype(x, op), false};
+  if (x.numel() == 0) return loss_rows;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaError_t err = lab::cross_entropy_cluster_with(args, plan, c10::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, "lab_tune::", op, ": shape ", shape, " in clusters of ", cluster,
+                " is not compiled for this dtype or does not hold rows of ", x.size(1), " elements");
+  }
+  lab::check_cuda(err, op);
+  return loss_rows;
+}
+
+std::vector<int64_t> tune_cross_entropy_shapes(at::ScalarType dtype) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  const int* shapes = nullptr;
+  const int count = lab::cross_entropy_cluster_shapes(lab::to_lab_dtype(probe, "cross_entropy_shapes"), &shapes);
+  return std::vector<int64_t>(shapes, shapes + count);
+}
+
+std::vector<int64_t> tune_cross_entropy_loss_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  const lab::ClusterPlan plan =
+      lab::cross_entropy_loss_plan(cols, rows, lab::to_lab_dtype(probe, "cross_entropy_loss_plan"), aligned);
+  return {plan.shape, plan.cluster, plan.persistent ? 1 : 0, plan.stagger.groups, plan.stagger.step_ns};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(lab_tune, m) {
+  m.def("cross_entropy_loss(Tensor logits, Tensor target, int shape, int cluster, bool persistent, "
+        "int stagger_groups=1, int stagger_ns=0) -> Tensor");
+  m.def("cross_entropy_shapes(ScalarType dtype) -> int[]", &tune_cross_entropy_shapes);
+  m.def("cross_entropy_loss_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]",
+        &tune_cross_entropy_loss_plan);
+}
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("cross_entropy_loss", &tune_cross_entropy_loss); }
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("cross_entropy_loss", &tune_cross_entropy_loss); }
+#endif  // LAB_HAS_CROSS_ENTROPY
+
 // `import lab._C` loads this library, whose static initializers register the operators above; the
 // module itself is empty, so the library uses the stable Python ABI only.
 extern "C" PyObject* PyInit__C(void) {

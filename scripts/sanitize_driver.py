@@ -59,10 +59,10 @@ SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3,
 CASES = {"softmax": SHAPES}
 for op_name in CUDA_OPS:
     CASES.setdefault(op_name, list(operators.get(op_name).edge_shapes))
-# cross_entropy's cluster kernel: each of its kernels (a launch shape, rows on or off 16-byte boundaries) at its
-# longest row, in a cluster of one CTA and of several, in every dtype (the row lengths of bfloat16's tables, which
-# float16 shares; float32's own). Rows on boundaries: a padded row stride where N is not whole packs; off them: an
-# odd N, or a row stride one element longer.
+# cross_entropy's cluster kernel: each of its kernels (a launch shape, rows on or off 16-byte boundaries, in the
+# plans with the gradient and in the loss alone's) at its longest row, in a cluster of one CTA and of several, in
+# every dtype (the row lengths of bfloat16's tables, which float16 shares; float32's own). Rows on boundaries: a
+# padded row stride where N is not whole packs; off them: an odd N, or a row stride one element longer.
 def cross_entropy_cluster_cases() -> list[Shape]:
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
     from triton_kernels.cross_entropy import PACK_BYTES
@@ -72,8 +72,9 @@ def cross_entropy_cluster_cases() -> list[Shape]:
         pack = PACK_BYTES // dtype.itemsize
         for aligned in (True, False):
             longest = {}
-            for (shape, cluster, _), n in cross_entropy_cluster_launches(dtype, aligned, 2).items():
-                longest[shape, cluster > 1] = max(n, longest.get((shape, cluster > 1), 0))
+            for loss_alone in (False, True):  # softmax's plans and the loss alone's own
+                for (shape, cluster, _), n in cross_entropy_cluster_launches(dtype, aligned, 2, loss_alone).items():
+                    longest[shape, cluster > 1] = max(n, longest.get((shape, cluster > 1), 0))
             for n in sorted(longest.values()):
                 stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
                 shapes.append(Shape(2, n, None if stride == n else stride))

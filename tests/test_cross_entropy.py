@@ -150,10 +150,11 @@ def test_the_gradient_written_into_out(v):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("aligned", [True, False], ids=["on-boundaries", "off-boundaries"])
 def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
-    """cuda.cluster against float64 at the longest row of every launch its tables give (softmax's cluster plans, one
-    per shape, cluster size and grid), rows on 16-byte boundaries (a padded row stride) and off them (odd lengths or
-    a start one element in), each with special rows (-inf entries, a row of -inf, +inf, NaN, 1e4), ignored rows, and
-    the mean, then class weights with the sum; the same kernels without dlogits (cross_entropy_loss) too."""
+    """cuda.cluster against float64 at the longest row of every launch its tables give (one per shape, cluster size
+    and grid: softmax's cluster plans with the gradient, the loss alone's own without), rows on 16-byte boundaries (a
+    padded row stride) and off them (odd lengths or a start one element in), each with special rows (-inf entries, a
+    row of -inf, +inf, NaN, 1e4), ignored rows, and the mean, then class weights with the sum. The plans of 16 rows,
+    then those that only many rows take (4096, the sweep's; random rows)."""
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
     from lab.inputs import special_input
     from triton_kernels.cross_entropy import PACK_BYTES
@@ -163,21 +164,27 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
         pytest.skip("cuda.cluster is not available here")
     loss_alone = registry.get("cross_entropy_loss", "cuda.cluster").kernel()
     pack = PACK_BYTES // torch.empty(0, dtype=dtype).element_size()
-    for n in cross_entropy_cluster_launches(dtype, aligned, 16).values():
-        x, labels = special_input(n, dtype, "cuda", n)
-        stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
-        start = 0 if aligned or n % pack else 1
-        buf = torch.full((x.shape[0] * stride + start,), math.nan, dtype=dtype, device="cuda")
-        logits = buf[start:start + x.shape[0] * stride].view(x.shape[0], stride)[:, :n]
-        logits.copy_(x)
-        target = torch.randint(0, n, (x.shape[0],), device="cuda")
-        target[::5] = DEFAULT.ignore_index
-        weight = torch.rand(n, device="cuda") + 0.5
-        for options in (DEFAULT, CrossEntropyOptions(reduction="sum", weight=weight)):
-            res = check.check(v.kernel(), (logits, target, options), True, row_labels=labels, op=OP)
-            assert res.ok, f"{x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
-            res = check.check(loss_alone, (logits, target, options), False, row_labels=labels, op=LOSS_OP)
-            assert res.ok, f"the loss alone, {x.shape[0]}x{n} (row stride {stride}, start {start}): {res.summary()}"
+    for kernel, op, writes_out, loss_only in ((v.kernel(), OP, True, False), (loss_alone, LOSS_OP, False, True)):
+        seen = set()
+        for rows in (16, 4096):
+            for launch, n in cross_entropy_cluster_launches(dtype, aligned, rows, loss_only).items():
+                if launch in seen:
+                    continue
+                seen.add(launch)
+                x, labels = (special_input(n, dtype, "cuda", n) if rows == 16
+                             else (OP.make_inputs(Shape(rows, n), dtype, "cuda", n)[0], None))
+                stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
+                start = 0 if aligned or n % pack else 1
+                buf = torch.full((x.shape[0] * stride + start,), math.nan, dtype=dtype, device="cuda")
+                logits = buf[start:start + x.shape[0] * stride].view(x.shape[0], stride)[:, :n]
+                logits.copy_(x)
+                target = torch.randint(0, n, (x.shape[0],), device="cuda")
+                target[::5] = DEFAULT.ignore_index
+                weight = torch.rand(n, device="cuda") + 0.5
+                for options in (DEFAULT, CrossEntropyOptions(reduction="sum", weight=weight)):
+                    res = check.check(kernel, (logits, target, options), writes_out, row_labels=labels, op=op)
+                    assert res.ok, (f"{op.name}, launch {launch}: {x.shape[0]}x{n} (row stride {stride}, start "
+                                    f"{start}): {res.summary()}")
 
 
 @pytest.mark.gpu

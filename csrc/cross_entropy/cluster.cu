@@ -12,8 +12,9 @@
 // HBM sweeps per row: 1 read of the logits, 1 write of dlogits (the target, the weight and the loss: O(1)); the loss
 // alone (CrossEntropyArgs::grad false, evaluation): 1 read.
 // Launch: softmax's cluster launch tables (cluster_plan: shape, cluster size, grid and stagger by dtype, V and
-// rows, for rows on 16-byte boundaries and for rows off them), which move the same bytes per row; the kernel is
-// compiled for the shapes those tables name up to kMaxCols (kShapes32, kShapes16).
+// rows, for rows on 16-byte boundaries and for rows off them), which move the same bytes per row; the loss alone
+// takes its own launch where measured faster (kLossPlan16, kLossPlan32). The kernel is compiled for the shapes
+// those tables name up to kMaxCols (kShapes32, kShapes16).
 // Limits: V <= kMaxCols, and no further than the tables keep rows resident (rows off 16-byte boundaries: up to the
 // shifted tables' first streaming entry), cross_entropy_cluster_max_cols, which
 // torch.ops.lab.cross_entropy_cluster_max_cols tells Python; rows
@@ -29,6 +30,7 @@
 // below float32's smallest normal come out 0 (the kernel's exponential flushes denormals: exp.cuh).
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -64,6 +66,48 @@ constexpr bool compiled_for(int shape) {
   return false;
 }
 
+// The loss alone's launches (cross_entropy_loss_plan) where they differ from softmax's tables (cluster_plan), which
+// the kernel runs on with the gradient, and without it elsewhere: the first entry whose rows (aligned or shifted, as
+// the tables split them) and lengths cover the input and whose min_rows it reaches. Each entry spans the softmax table's entry around a
+// vocabulary of the cross_entropy operator's sweep, where scripts/tune/tune_cross_entropy_cluster.py measured its
+// launch ahead of the table's by more than 2% of a copy (H100, the kernel alone, percent of a copy of the same bytes);
+// at the sweep's other points the table's launch was within 2% of the fastest.
+// Why: the read-only kernel wants more CTAs a row than the kernel that writes the row (a slice of half the bytes to
+// wait on a CTA): at 50257 16-bit the tables' two 512 x 64 CTAs a row left a quarter of the DRAM peak unused (ncu).
+struct LossPlanEntry {
+  int64_t min_cols;
+  int64_t max_cols;
+  bool aligned;
+  int64_t min_rows;
+  ClusterPlan plan;
+};
+constexpr LossPlanEntry kLossPlan16[] = {
+    {40962, 57345, false, 4096, {31, 4, true, {6, 1000}}},  // 128x128P c4p: 4096/16384 x 50257 90/94%, table 84/88%
+    {40962, 57345, false, 0, {18, 8, true, {4, 500}}},  // 128x64P c8p: 1024 x 50257 84%, table 79%
+    {98305, 131072, true, 0, {31, 8, false, {6, 1000}}},  // 128x128P c8n: 1024/4096 x 128256 94/103%, table 91/96%
+};
+constexpr LossPlanEntry kLossPlan32[] = {
+    {40962, 50257, false, 4096, {32, 4, false, {4, 500}}},  // 128x128 c4n: 4096/16384 x 50257 102/105%, table 99/103%
+};
+
+// Every entry names a shape compiled for its dtype, and holds its longest row (shifted: a pack less one element
+// longer) in the shape's registers of `cluster` CTAs, loaded straight into registers where shifted.
+template <typename T, size_t N>
+constexpr bool loss_plan_fits(const LossPlanEntry (&plan)[N]) {
+  for (const LossPlanEntry& e : plan) {
+    const ClusterPlan& p = e.plan;
+    if (p.shape < 0 || p.shape >= kResidentShapeCount || !compiled_for<T>(p.shape)) return false;
+    const ResidentShape& s = kResidentShapes[p.shape];
+    if (p.cluster < 1 || p.cluster > kMaxCluster || (s.one_row && p.persistent) || (!e.aligned && s.stages != 0)) {
+      return false;
+    }
+    if (slice_packs_of(e.max_cols, kPack<T>, !e.aligned, p.cluster) > int64_t{s.threads} * s.elems / kPack<T>) {
+      return false;
+    }
+  }
+  return true;
+}
+
 template <typename T, bool GRAD>
 cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan& plan, bool shifted,
                    cudaStream_t stream) {
@@ -84,6 +128,9 @@ cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan
     }
   });
 }
+
+static_assert(loss_plan_fits<float>(kLossPlan32) && loss_plan_fits<__nv_bfloat16>(kLossPlan16),
+              "a loss plan entry names a shape not compiled for its dtype, exceeds its registers, or stages shifted rows");
 
 // Whether rows of `cols` elements (any number of them) take a compiled shape of the resident path.
 bool takes(int64_t cols, DType dtype, bool aligned) {
@@ -182,6 +229,17 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(T* __restrict
 
 }  // namespace
 
+ClusterPlan cross_entropy_loss_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) {
+  const auto pick = [&](const auto& table) {
+    for (const LossPlanEntry& e : table) {
+      if (e.aligned == aligned && cols >= e.min_cols && cols <= e.max_cols && rows >= e.min_rows) return &e.plan;
+    }
+    return static_cast<const ClusterPlan*>(nullptr);
+  };
+  const ClusterPlan* p = dtype == DType::kFloat32 ? pick(kLossPlan32) : pick(kLossPlan16);
+  return p != nullptr ? *p : cluster_plan(cols, rows, dtype, aligned);
+}
+
 int64_t cross_entropy_cluster_max_cols(DType dtype, bool aligned) {
   // The first row length up to kMaxCols that the kernel cannot take, less one: found once per (dtype, aligned)
   // by asking the tables at every length (a few milliseconds), then remembered.
@@ -195,18 +253,37 @@ int64_t cross_entropy_cluster_max_cols(DType dtype, bool aligned) {
   return known[key] = n - 1;
 }
 
-cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream) {
+cudaError_t cross_entropy_cluster_with(const CrossEntropyArgs& a, const ClusterPlan& plan, cudaStream_t stream) {
   const RowsArgs rows{a.x, a.dx, a.rows, a.cols, a.x_row_stride, a.dx_row_stride, a.dtype};
   const bool aligned = rows_aligned(rows);
-  if (!aligned && !rows_shiftable(rows)) return cudaErrorInvalidValue;
-  if (a.cols > cross_entropy_cluster_max_cols(a.dtype, aligned)) return cudaErrorInvalidValue;
+  if ((!aligned && !rows_shiftable(rows)) || plan.cluster < 1 || plan.cluster > kMaxCluster) {
+    return cudaErrorInvalidValue;
+  }
   const LossRows loss{a.target, a.weight, a.scale, a.loss, a.ignore_index};
-  const ClusterPlan plan = cluster_plan(a.cols, a.rows, a.dtype, aligned);
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return a.grad ? launch<T, true>(rows, loss, plan, !aligned, stream)
                   : launch<T, false>(rows, loss, plan, !aligned, stream);
   });
+}
+
+int cross_entropy_cluster_shapes(DType dtype, const int** shapes) {
+  if (dtype == DType::kFloat32) {
+    *shapes = kShapes32;
+    return static_cast<int>(std::size(kShapes32));
+  }
+  *shapes = kShapes16;
+  return static_cast<int>(std::size(kShapes16));
+}
+
+cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream) {
+  const RowsArgs rows{a.x, a.dx, a.rows, a.cols, a.x_row_stride, a.dx_row_stride, a.dtype};
+  const bool aligned = rows_aligned(rows);
+  if (!aligned && !rows_shiftable(rows)) return cudaErrorInvalidValue;
+  if (a.cols > cross_entropy_cluster_max_cols(a.dtype, aligned)) return cudaErrorInvalidValue;
+  const ClusterPlan plan = a.grad ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
+                                  : cross_entropy_loss_plan(a.cols, a.rows, a.dtype, aligned);
+  return cross_entropy_cluster_with(a, plan, stream);
 }
 
 cudaError_t cross_entropy_targets(const CrossEntropyTargetsArgs& a, cudaStream_t stream) {

@@ -249,7 +249,7 @@ __device__ __forceinline__ void stagger_start(const Stagger& s, int64_t first_ro
 struct LossRows {
   const int64_t* target = nullptr;
   const float* weight = nullptr;  // null: every class weighs 1
-  const float* scale = nullptr;   // the reduction's factor c, one float32 on the device
+  const float* scale = nullptr;   // the reduction's factor c, one float32 on the device (read with GRAD only)
   float* loss = nullptr;
   int64_t ignore_index = 0;
 };
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(THREADS,
     float s = 1.0f, w = 1.0f, target_logit = 0.0f;
     if constexpr (LOSS) {
       if (te >= 0) {
-        s = *loss_rows.scale;
+        if constexpr (GRAD) s = *loss_rows.scale;  // the loss alone has no factor (nor need it be written)
         if (loss_rows.weight != nullptr) w = loss_rows.weight[te - h];
         const int pack = te / K - p0;  // within this CTA's slice where in [0, slice_packs)
         if (pack >= 0 && pack < slice_packs && pack % THREADS == tid) target_logit = to_float(xs[te]);

@@ -64,6 +64,17 @@ ClusterDetour cluster_detour(const RowsArgs& args);
 // far past a boundary in both (a contiguous input of odd N and its output).
 ClusterDetour cluster_detour(int64_t cols, int64_t rows, DType dtype, bool aligned);
 
+// cross_entropy's cluster kernel (csrc/cross_entropy/cluster.cu) with a given plan, for tuning: cudaErrorInvalidValue
+// where the plan names a shape not compiled for the kernel (cross_entropy_cluster_shapes), or one whose registers do
+// not hold the slice, or the rows are neither 16-byte aligned nor shiftable. The kernel alone: the caller gives the
+// reduction's factor (args.scale, read with args.grad only).
+cudaError_t cross_entropy_cluster_with(const CrossEntropyArgs& args, const ClusterPlan& plan, cudaStream_t stream);
+// The plan the cross-entropy kernel computes the loss alone with (args.grad false): its own table's where it has an
+// entry (csrc/cross_entropy/cluster.cu, kLossPlan16 and kLossPlan32), else cluster_plan's, as with the gradient.
+ClusterPlan cross_entropy_loss_plan(int64_t cols, int64_t rows, DType dtype, bool aligned);
+// The resident shapes (indices) compiled for the cross-entropy kernel in `dtype` (a pointer to them and their count).
+int cross_entropy_cluster_shapes(DType dtype, const int** shapes);
+
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;
 

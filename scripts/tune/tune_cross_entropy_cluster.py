@@ -1,0 +1,122 @@
+"""Measure every launch of the cross-entropy cluster kernel computing the loss alone, to choose its launch table.
+
+For each dtype and each point of the cross_entropy operator's vocab sweep (or the --shape points), every resident
+CTA shape compiled for the kernel (torch.ops.lab_tune.cross_entropy_shapes) is tried with every cluster size whose
+slice fits the shape's registers and fills at least a quarter of them (scripts/tune/tune_cluster.py's candidates),
+on a persistent grid and one cluster per row, without a stagger; the fastest --staggered configurations are timed
+again with each of STAGGERS. Each configuration's loss per row is checked against float64 before it is timed
+(median of do_bench, L2 flushed). The kernel alone: no targets' step, no reduction (the loss per row). Prints, per
+point, the best configuration and the loss alone's table's (torch.ops.lab_tune.cross_entropy_loss_plan), in percent
+of a copy of the same bytes (M * V * itemsize, half read and half written); writes every measurement as JSON.
+
+    python scripts/tune/tune_cross_entropy_cluster.py [--dtype bfloat16] [--shape 4096x50257 ...] [--json tune.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# the checkout (lab) and scripts/tune (tune_cluster), wherever this runs from
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
+from tune_cluster import DTYPES, candidates, describe, pack_of  # noqa: E402
+
+from lab import bench, check, inputs  # noqa: E402
+from lab.backends.cuda_variants import cluster_shapes, load_extension  # noqa: E402
+from lab.operators.cross_entropy import CROSS_ENTROPY_LOSS, CrossEntropyOptions  # noqa: E402
+from lab.registry import dtype_name  # noqa: E402
+
+STAGGERS = ((4, 500), (6, 1000))  # (groups, ns): the staggers softmax's tables use
+PER_ROW = CrossEntropyOptions(reduction="none")  # the kernel's output: the loss per row
+REP_MS = 30.0
+
+
+def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int) -> dict:
+    """Every candidate launch at one point, checked then timed, and the table's own."""
+    tuned = torch.ops.lab_tune.cross_entropy_loss
+    logits, target, _ = CROSS_ENTROPY_LOSS.make_inputs(shape, dtype, "cuda", 0, PER_ROW)
+    ref = CROSS_ENTROPY_LOSS.reference(logits, target, PER_ROW)
+    nbytes = CROSS_ENTROPY_LOSS.bytes_moved(shape, dtype)
+    copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, logits.device).median_ms)
+    pack = pack_of(dtype)
+    shifted = shape.n % pack != 0 or shape.stride % pack != 0
+    shapes = cluster_shapes()
+    compiled = sorted(torch.ops.lab_tune.cross_entropy_shapes(dtype))
+    plan = list(torch.ops.lab_tune.cross_entropy_loss_plan(shape.n, dtype, shape.m, not shifted))
+    row = {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy, "plan": plan, "configs": []}
+
+    def timed(shape_index: int, cluster: int, persistent: bool, stagger: tuple[int, int]) -> None:
+        s = shapes[shape_index]
+        cfg = {"shape": shape_index, "threads": s.threads, "elems": s.elems, "stages": s.stages,
+               "packed": s.packed, "one_row": s.one_row, "cluster": cluster, "persistent": persistent,
+               "stagger": list(stagger)}
+        row["configs"].append(cfg)
+
+        def run(x, t, _options):
+            return (tuned(x, t, shape_index, cluster, persistent, *stagger),)
+
+        res = check.check(run, (logits, target, PER_ROW), False, ref, None, CROSS_ENTROPY_LOSS)
+        if not res.ok:
+            cfg["error"] = res.summary()
+            return
+        t = bench.time_gpu(lambda: run(logits, target, PER_ROW), rep_ms=REP_MS)
+        cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
+        cfg["pct_copy"] = 100 * cfg["gbps"] / copy
+
+    # candidates indexes the list it is given, the compiled shapes: back to the shapes' indices
+    for j, c in candidates(shape.n, dtype, [shapes[i] for i in compiled], "all", shifted):
+        i = compiled[j]
+        for persistent in (False, True):
+            if shapes[i].launches(persistent):
+                timed(i, c, persistent, (1, 0))
+    ranked = sorted((c for c in row["configs"] if "gbps" in c), key=lambda c: -c["gbps"])
+    for c in ranked[:staggered]:
+        if c["cluster"] > 1:
+            for stagger in STAGGERS:
+                timed(c["shape"], c["cluster"], c["persistent"], stagger)
+    if plan[0] >= 0:
+        timed(plan[0], plan[1], bool(plan[2]), (plan[3], plan[4]))
+        row["planned"] = row["configs"][-1]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--shape", type=inputs.Shape.parse, action="append",
+                   help="MxN (repeatable): time these shapes instead of the vocab sweep's points")
+    p.add_argument("--staggered", type=int, default=3,
+                   help="time the fastest configurations of more than one CTA a row again with each stagger")
+    p.add_argument("--json", help="write every measurement here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("tune_cross_entropy_cluster: needs a CUDA GPU")
+    load_extension()
+    records = []
+    start = time.perf_counter()
+    for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
+        for shape in args.shape or CROSS_ENTROPY_LOSS.sweeps["vocab"]:
+            row = measure_point(shape, dtype, args.staggered)
+            records.append(row)
+            ok = [c for c in row["configs"] if "gbps" in c]
+            best = max(ok, key=lambda c: c["gbps"], default=None)
+            wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
+            print(f"{dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27}"
+                  f"{'' if best is None else ' s' + str(best['stagger']):<12} "
+                  f"plan {describe(row.get('planned')):<27}"
+                  + (f"  WRONG x{len(wrong)}: {wrong[0]}" if wrong else ""), flush=True)
+            if args.json:  # after every point: a run cut short keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump(records, f, indent=1)
+    print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
+    wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
