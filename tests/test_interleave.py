@@ -1,16 +1,12 @@
 """scripts/interleave.py: variants timed in interleaved rounds (GPU only; here its arguments and refusals)."""
 
-import importlib.util
-
 import pytest
+import scripts_loader
 import torch
 
-from lab import resources
 from lab.registry import variants
 
-spec = importlib.util.spec_from_file_location("interleave", resources.ROOT / "scripts" / "interleave.py")
-interleave = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(interleave)
+interleave = scripts_loader.load("scripts/interleave.py")
 
 SOFTMAX = [v.name for v in variants() if v.op == "softmax"]
 

@@ -1,15 +1,11 @@
 """scripts/profile_point.py: what it runs for a profiler (its arguments here; the runs are the GPU's)."""
 
-import importlib.util
 
 import pytest
+import scripts_loader
 import torch
 
-from lab import resources
-
-spec = importlib.util.spec_from_file_location("profile_point", resources.ROOT / "scripts" / "profile_point.py")
-profile_point = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(profile_point)
+profile_point = scripts_loader.load("scripts/profile_point.py")
 
 
 def test_a_cluster_configuration_is_parsed():

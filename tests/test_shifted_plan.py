@@ -2,9 +2,10 @@
 scripts/tune/make_shifted_plan.py's output from the committed measurements, entry for entry: data, not hand-edited.
 And the generator's rule on small made-up measurements. CPU only: the source and the JSONs are read as text."""
 
-import importlib.util
 import json
 import re
+
+import scripts_loader
 
 from lab.env import ROOT
 
@@ -12,11 +13,7 @@ EVIDENCE = ROOT / "notebook" / "cluster-shifted-rows"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_shifted_plan",
-                                                  ROOT / "scripts" / "tune" / "make_shifted_plan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripts_loader.load("scripts/tune/make_shifted_plan.py")
 
 
 def _table_in_source(name: str) -> list[tuple]:

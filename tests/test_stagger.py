@@ -1,17 +1,13 @@
 """scripts/tune/stagger.py: the first-wave stagger of cuda.cluster timed over a grid (GPU only; here its
 arguments, its refusals and one small point on a GPU)."""
 
-import importlib.util
 import json
 
 import pytest
+import scripts_loader
 import torch
 
-from lab import resources
-
-spec = importlib.util.spec_from_file_location("stagger", resources.ROOT / "scripts" / "tune" / "stagger.py")
-stagger = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(stagger)
+stagger = scripts_loader.load("scripts/tune/stagger.py")
 
 
 @pytest.mark.parametrize("bad, message", [(["--point", "256-262144"], "--point takes MxN"),

@@ -1,15 +1,11 @@
 """scripts/targets.py: auto's standing against the targets, from a results.json (no GPU)."""
 
-import importlib.util
 import json
 import sys
 
-from lab import resources
+import scripts_loader
 
-spec = importlib.util.spec_from_file_location("targets", resources.ROOT / "scripts" / "targets.py")
-targets = importlib.util.module_from_spec(spec)
-sys.modules["targets"] = targets
-spec.loader.exec_module(targets)
+targets = scripts_loader.load("scripts/targets.py")
 
 
 def record(sweep, variant, n, gbps, pct, status="ok"):

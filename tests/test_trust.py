@@ -1,19 +1,17 @@
 """scripts/trust.py (run on a GPU) writes its report from what it measured: the report's layout, checked
 here on made-up measurements, and the script's refusal to run without a GPU."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import scripts_loader
 
 from lab.env import ROOT
 
-spec = importlib.util.spec_from_file_location("trust", ROOT / "scripts" / "trust.py")
-trust = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(trust)
+trust = scripts_loader.load("scripts/trust.py")
 
 
 def test_report_layout(tmp_path):

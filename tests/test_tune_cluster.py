@@ -1,17 +1,13 @@
 """scripts/tune/tune_cluster.py: every launch shape of cuda.cluster timed (GPU only; here its arguments, its refusal
 without a GPU, a point out of GPU memory faked on the CPU, and one small point per grid on a GPU with sm_90)."""
 
-import importlib.util
 import json
 
 import pytest
+import scripts_loader
 import torch
 
-from lab import resources
-
-spec = importlib.util.spec_from_file_location("tune_cluster", resources.ROOT / "scripts" / "tune" / "tune_cluster.py")
-tune_cluster = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tune_cluster)
+tune_cluster = scripts_loader.load("scripts/tune/tune_cluster.py")
 
 
 @pytest.mark.parametrize("bad", [["--grid", "rows"], ["--shapes", "staged"], ["--dtype", "int8"]])

@@ -1,18 +1,13 @@
 """scripts/tune/tune_cross_entropy_cluster.py: every launch of the cross-entropy kernel's loss alone timed (GPU only;
 here its arguments and its refusal without a GPU, and one small point on a GPU with sm_90)."""
 
-import importlib.util
 import json
 
 import pytest
+import scripts_loader
 import torch
 
-from lab import resources
-
-spec = importlib.util.spec_from_file_location(
-    "tune_cross_entropy_cluster", resources.ROOT / "scripts" / "tune" / "tune_cross_entropy_cluster.py")
-tune = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tune)
+tune = scripts_loader.load("scripts/tune/tune_cross_entropy_cluster.py")
 
 
 @pytest.mark.parametrize("bad", [["--dtype", "int8"], ["--shape", "4xV"], ["--staggered", "two"]])

@@ -1,18 +1,16 @@
 """scripts/tune/tune_multirow.py: its configurations and refusals, and its kernel under the interpreter."""
 
-import importlib.util
 import os
 import sys
 
 import pytest
+import scripts_loader
 import torch
 
 from lab import resources
 
 sys.path.insert(0, str(resources.ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("tune_multirow", resources.ROOT / "scripts" / "tune" / "tune_multirow.py")
-tune_multirow = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tune_multirow)
+tune_multirow = scripts_loader.load("scripts/tune/tune_multirow.py")
 
 
 def test_configurations_are_parsed():

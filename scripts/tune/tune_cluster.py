@@ -172,10 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 continue
             records.append(row)
-            ok = [c for c in row["configs"] if "gbps" in c]
-            best = max(ok, key=lambda c: c["gbps"], default=None)
-            planned = next((c for c in ok if [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"][:3]), None)
-            wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
+            best, wrong = best_and_wrong(row["configs"])
+            planned = next((c for c in row["configs"] if "gbps" in c
+                            and [c["shape"], c["cluster"], int(c["persistent"])] == row["plan"][:3]), None)
             rc = ""  # register_cached holds rows up to 16384 elements: timed there only
             if "cuda.register_cached" in row:
                 rc = (f"register_cached {row['cuda.register_cached']:5.1f}% (non-persistent "
@@ -184,13 +183,24 @@ def main(argv: list[str] | None = None) -> int:
                   f"plan {describe(planned):<27} cuda.cluster {row['cuda.cluster']:5.1f}% "
                   f"streaming {row['streaming']:5.1f}% {rc}torch {row['torch.softmax']:5.1f}%"
                   + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
-            if args.json:  # after every point: a run cut short keeps what it measured
-                with open(args.json, "w") as f:
-                    json.dump(records, f, indent=1)
+            save(args.json, records)
     print(f"{len(records)} points in {time.perf_counter() - start:.0f} s"
           + (f"; {len(skipped)} not timed (out of GPU memory): {', '.join(skipped)}" if skipped else ""))
-    wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
-    return 1 if wrong or skipped else 0
+    return 1 if any(best_and_wrong(r["configs"])[1] for r in records) or skipped else 0
+
+
+def best_and_wrong(configs: list[dict]) -> tuple[dict | None, list[dict]]:
+    """The fastest timed configuration of a point, and those whose result was wrong (not those that raised: a launch
+    the GPU refuses)."""
+    best = max((c for c in configs if "gbps" in c), key=lambda c: c["gbps"], default=None)
+    return best, [c for c in configs if "error" in c and "raised" not in c["error"]]
+
+
+def save(path: str | None, records: list[dict]) -> None:
+    """Every measurement so far as JSON (after every point: a run cut short keeps what it measured)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
 
 
 def describe_error(c: dict) -> str:

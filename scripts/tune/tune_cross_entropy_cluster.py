@@ -15,7 +15,6 @@ of a copy of the same bytes (M * V * itemsize, half read and half written); writ
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 
 # the checkout (lab) and scripts/tune (tune_cluster), wherever this runs from
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
-from tune_cluster import DTYPES, candidates, describe, pack_of  # noqa: E402
+from tune_cluster import DTYPES, best_and_wrong, candidates, describe, describe_error, pack_of, save  # noqa: E402
 
 from lab import bench, check, inputs  # noqa: E402
 from lab.backends.cuda_variants import cluster_shapes, load_extension  # noqa: E402
@@ -103,19 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         for shape in args.shape or CROSS_ENTROPY_LOSS.sweeps["vocab"]:
             row = measure_point(shape, dtype, args.staggered)
             records.append(row)
-            ok = [c for c in row["configs"] if "gbps" in c]
-            best = max(ok, key=lambda c: c["gbps"], default=None)
-            wrong = [c for c in row["configs"] if "error" in c and "raised" not in c["error"]]
+            best, wrong = best_and_wrong(row["configs"])
             print(f"{dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27}"
                   f"{'' if best is None else ' s' + str(best['stagger']):<12} "
                   f"plan {describe(row.get('planned')):<27}"
-                  + (f"  WRONG x{len(wrong)}: {wrong[0]}" if wrong else ""), flush=True)
-            if args.json:  # after every point: a run cut short keeps what it measured
-                with open(args.json, "w") as f:
-                    json.dump(records, f, indent=1)
+                  + (f"  WRONG x{len(wrong)}: {describe_error(wrong[0])}" if wrong else ""), flush=True)
+            save(args.json, records)
     print(f"{len(records)} points in {time.perf_counter() - start:.0f} s")
-    wrong = [c for r in records for c in r["configs"] if "error" in c and "raised" not in c["error"]]
-    return 1 if wrong else 0
+    return 1 if any(best_and_wrong(r["configs"])[1] for r in records) else 0
 
 
 if __name__ == "__main__":
