@@ -14,7 +14,7 @@ import math
 import torch
 
 from lab import dispatch
-from lab.losses import cross_entropy  # noqa: F401  the product's second entry
+from lab.losses import LinearCrossEntropyLoss, cross_entropy, linear_cross_entropy  # noqa: F401  the product's losses
 from lab.ops import TRITON_SOFTMAX, ExtensionUnavailable, load_extension
 
 

@@ -1,4 +1,6 @@
-"""lab.cross_entropy: a language model's loss over given logits, computed with its gradient in one pass.
+"""lab.cross_entropy: a language model's loss over given logits, computed with its gradient in one pass; and
+lab.linear_cross_entropy: the same loss of a classifier's output (hidden states times the output embedding), its
+logits made and consumed a chunk of tokens at a time (below).
 
 Part of the product (it imports nothing of the harness). The kernel is the lab's Triton cross-entropy
 (triton_kernels/cross_entropy.py): where a gradient is wanted, the forward writes dlogits while the row is on chip
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -62,11 +65,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     if logits.device.type != "cuda" or target.device != logits.device:
         raise ValueError(f"lab.cross_entropy: expected logits and target on one CUDA device, got {logits.device} "
                          f"and {target.device}")
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"lab.cross_entropy: reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0 or z_loss < 0 or (softcap is not None and not softcap > 0):
-        raise ValueError(f"lab.cross_entropy: expected 0 <= label_smoothing <= 1, z_loss >= 0 and softcap > 0 or "
-                         f"None, got {label_smoothing}, {z_loss}, {softcap}")
+    _check_options("lab.cross_entropy", reduction, label_smoothing, z_loss, softcap)
     vocab = logits.shape[-1]
     if weight is not None and (weight.shape != (vocab,) or weight.device != logits.device
                                or not weight.is_floating_point()):
@@ -97,6 +96,14 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     else:
         loss = kernels.loss_and_grad(rows, flat, weight, *args, None, check=True)
     return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+def _check_options(name: str, reduction: str, label_smoothing: float, z_loss: float, softcap: float | None) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{name}: reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0 or z_loss < 0 or (softcap is not None and not softcap > 0):
+        raise ValueError(f"{name}: expected 0 <= label_smoothing <= 1, z_loss >= 0 and softcap > 0 or None, got "
+                         f"{label_smoothing}, {z_loss}, {softcap}")
 
 
 class _Eager(torch.autograd.Function):
@@ -135,3 +142,254 @@ class _InPlace(torch.autograd.Function):
         torch.ops.lab_triton.scale_rows_(dlogits, grad_loss)
         return (dlogits,) + (None,) * 8
 
+
+
+# --- lab.linear_cross_entropy: the classifier's matmul and the loss, the logits never whole in memory -------------
+
+LOGITS_CHUNK_BYTES = 2**30
+"""The default chunk of tokens: as many as have this many bytes of logits (4096 tokens of 128256 bfloat16 logits),
+so that a chunk's two buffers (logits, dlogits) take 2 GiB at any vocabulary, and its matmuls are large enough to run
+at the matmul's speed."""
+
+
+def chunk_tokens_for(vocab: int, itemsize: int) -> int:
+    """The tokens of a chunk by default: LOGITS_CHUNK_BYTES of logits, a multiple of 256 (at least 256)."""
+    return max(256, LOGITS_CHUNK_BYTES // (vocab * itemsize) // 256 * 256)
+
+
+def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None,
+                         *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, chunk_tokens: int | None = None,
+                         accumulate: torch.dtype = torch.float32) -> torch.Tensor:
+    """cross_entropy(x @ weight.T + bias, target) with lab.cross_entropy's options, the N x V logits never in memory at
+    once: the tokens go through in chunks (chunk_tokens; default chunk_tokens_for), each chunk's logits made by one
+    matmul, its loss and gradient by the lab's cross-entropy kernel (one read of the chunk's logits, one write of their
+    gradient), then its share of the gradients by two more matmuls: dx of the chunk, and dweight (dbias) added up over
+    the chunks in `accumulate` (float32, or the weight's dtype: half the memory, rounded once a chunk).
+
+    x: (..., H) hidden states; weight: (V, H) classifier; bias: (V,) or None; all of one float dtype (float32, float16,
+    bfloat16) on one CUDA device; target: int64 of x.shape[:-1]. Returns the loss (float32), as lab.cross_entropy.
+    Differentiable in x, weight and bias: with the mean or the sum, the forward computes their gradients (the logits
+    are gone by the backward), which the backward scales by the loss's gradient, once (a second backward through the
+    same graph is an error); with reduction "none" the backward computes them again, chunk by chunk, each row scaled
+    by its own upstream gradient. A target out of range is an error (eagerly; under torch.compile its row is NaN).
+    """
+    name = "lab.linear_cross_entropy"
+    tensors = {"x": x, "weight": weight, "target": target, **({"bias": bias} if bias is not None else {})}
+    if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        raise TypeError(f"{name}: x, weight, target and bias must be tensors")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16) or weight.dtype != x.dtype or (
+            bias is not None and bias.dtype != x.dtype):
+        raise TypeError(f"{name}: expected x, weight and bias of one dtype, float32, float16 or bfloat16, got "
+                        + ", ".join(f"{k} {t.dtype}" for k, t in tensors.items() if k != "target"))
+    if target.dtype != torch.int64:
+        raise TypeError(f"{name}: expected int64 targets (class indices), got {target.dtype}")
+    if x.dim() < 1 or weight.dim() != 2 or weight.shape[1] != x.shape[-1] or target.shape != x.shape[:-1] or (
+            bias is not None and bias.shape != weight.shape[:1]):
+        raise ValueError(f"{name}: expected x (..., H), weight (V, H), target of x's shape without H and bias (V,), "
+                         "got " + ", ".join(f"{k} {tuple(t.shape)}" for k, t in tensors.items()))
+    _check_options(name, reduction, label_smoothing, z_loss, softcap)
+    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+        raise ValueError(f"{name}: chunk_tokens must be a positive int or None, got {chunk_tokens!r}")
+    if accumulate not in (torch.float32, weight.dtype):
+        raise ValueError(f"{name}: accumulate must be torch.float32 or the weight's dtype ({weight.dtype}), got "
+                         f"{accumulate}")
+    if any(t.device != x.device for t in tensors.values()) or x.device.type != "cuda":
+        raise ValueError(f"{name}: expected every tensor on one CUDA device, got "
+                         + ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
+    rows, flat = x.reshape(-1, x.shape[-1]), target.reshape(-1)
+    vocab = weight.shape[0]
+    if not torch.compiler.is_compiling():  # one check of every target (a sync); the chunks' kernels check none
+        bad = (flat != ignore_index) & ((flat < 0) | (flat >= vocab))
+        if bad.any():
+            row = int(bad.nonzero()[0, 0])
+            raise _ops().out_of_range(name, int(flat[row]), row, vocab, ignore_index)
+    spec = _LinearSpec(ignore_index, reduction, float(label_smoothing), float(z_loss), softcap,
+                       chunk_tokens or chunk_tokens_for(vocab, x.element_size()), accumulate)
+    loss = _linear_cross_entropy(rows, weight, bias, flat, spec)
+    return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+class LinearCrossEntropyLoss(torch.nn.Module):
+    """lab.linear_cross_entropy as a module: the options fixed at construction, forward(x, weight, target, bias=None)
+    (a language model's head: x the last hidden states, weight the output embedding)."""
+
+    def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 z_loss: float = 0.0, softcap: float | None = None, chunk_tokens: int | None = None,
+                 accumulate: torch.dtype = torch.float32):
+        super().__init__()
+        _check_options("lab.LinearCrossEntropyLoss", reduction, label_smoothing, z_loss, softcap)
+        self.options = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                            z_loss=z_loss, softcap=softcap, chunk_tokens=chunk_tokens, accumulate=accumulate)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        return linear_cross_entropy(x, weight, target, bias, **self.options)
+
+
+class _LinearSpec(NamedTuple):
+    ignore_index: int
+    reduction: str
+    label_smoothing: float
+    z_loss: float
+    softcap: float | None
+    chunk: int  # tokens a chunk
+    accumulate: torch.dtype  # dweight's and dbias's sums over the chunks
+
+
+def _linear_cross_entropy(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
+                          spec: _LinearSpec) -> torch.Tensor:
+    """The loss of rows (N x H) and target (N), checked: the loss alone, the per-row loss with its recomputing
+    backward, or the reduced loss with its gradients computed by the forward."""
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (rows, weight, bias) if t is not None)):
+        return _linear_loss(rows, weight, bias, target, spec)
+    if spec.reduction == "none":
+        return _LinearPerRow.apply(rows, weight, bias, target, spec)
+    return _LinearPrecomputed.apply(rows, weight, bias, target, spec)
+
+
+def _chunks(rows: torch.Tensor, spec: _LinearSpec):
+    """(start, end) of each chunk of tokens."""
+    n = rows.shape[0]
+    return [(s, min(n, s + spec.chunk)) for s in range(0, n, spec.chunk)]
+
+
+def _logits(xc: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """xc @ weight.T (+ bias) into `out` (a chunk's buffer)."""
+    return torch.mm(xc, weight.t(), out=out) if bias is None else torch.addmm(bias, xc, weight.t(), out=out)
+
+
+def _chunk_loss(logits: torch.Tensor, target: torch.Tensor, spec: _LinearSpec, reduction: str,
+                dlogits: torch.Tensor | None) -> torch.Tensor:
+    """The chunk's loss (reduced as asked, or per row), with the gradient of the chunk's loss sum written into dlogits
+    unless None: the lab's cross-entropy kernel (the traced op under torch.compile)."""
+    args = (spec.ignore_index, reduction, spec.label_smoothing, spec.z_loss, spec.softcap)
+    if torch.compiler.is_compiling():
+        loss, grad = torch.ops.lab_triton.cross_entropy(logits, target, None, *args, dlogits is not None)
+        if dlogits is not None:
+            dlogits.copy_(grad)
+        return loss
+    return _ops().loss_and_grad(logits, target, None, *args, dlogits)
+
+
+def _buffers(rows: torch.Tensor, weight: torch.Tensor, spec: _LinearSpec, count: int) -> list[torch.Tensor]:
+    """`count` chunk buffers of logits (chunk x V, the weight's dtype), reused by every chunk."""
+    n = min(spec.chunk, rows.shape[0])
+    return [torch.empty(n, weight.shape[0], dtype=weight.dtype, device=weight.device) for _ in range(count)]
+
+
+def _linear_loss(rows, weight, bias, target, spec: _LinearSpec) -> torch.Tensor:
+    """The loss alone (no gradient): each chunk's logits, then the loss's kernel reading them once."""
+    (logits,) = _buffers(rows, weight, spec, 1)
+    per_row = spec.reduction == "none"
+    parts = []
+    for s, e in _chunks(rows, spec):
+        lc = _logits(rows[s:e], weight, bias, logits[: e - s])
+        parts.append(_chunk_loss(lc, target[s:e], spec, "none" if per_row else "sum", None))
+    if per_row:
+        return torch.cat(parts) if parts else rows.new_empty(0, dtype=torch.float32)
+    total = torch.stack(parts).sum() if parts else rows.new_zeros((), dtype=torch.float32)
+    return total / _denominator(target, spec) if spec.reduction == "mean" else total
+
+
+def _denominator(target: torch.Tensor, spec: _LinearSpec) -> torch.Tensor:
+    """The mean's: the rows whose target is not ignore_index (float32, on the device; 0 gives a NaN mean)."""
+    return (target != spec.ignore_index).sum().float()
+
+
+def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """total += a @ b, in total's dtype: straight into a float32 total from 16-bit a and b where the GPU's matmul does
+    it (addmm's out_dtype), else through a product in a's dtype."""
+    if total.dtype == a.dtype:
+        total.addmm_(a, b)
+    elif total.is_cuda:
+        torch.addmm(total, a, b, out_dtype=total.dtype, out=total)
+    else:
+        total.add_(torch.mm(a, b))
+
+
+def _scale_rows(g: torch.Tensor, scale: torch.Tensor) -> None:
+    """g (rows x columns) scaled in place, row i by scale (one float32, or one per row): the lab's kernel, which
+    leaves rows whose scale is 1 unread (the traced op under torch.compile: reduction "none"'s backward)."""
+    if torch.compiler.is_compiling():
+        torch.ops.lab_triton.scale_rows_(g, scale)
+    else:
+        _ops().scale_rows(g, scale)
+
+
+def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool, bool, bool],
+               row_scale: torch.Tensor | None = None):
+    """(the loss summed over the rows, dx, dweight, dbias) of that sum, chunk by chunk, each gradient None where
+    `needs` (x's, weight's, bias's) says it is not wanted; row_scale: each row's gradient scaled by it first
+    (reduction "none": the upstream gradient of each row's loss). dweight and dbias in spec.accumulate, dx in x's
+    dtype."""
+    logits, dlogits = _buffers(rows, weight, spec, 2)
+    dx = torch.empty_like(rows) if needs[0] else None
+    dweight = torch.zeros(weight.shape, dtype=spec.accumulate, device=weight.device) if needs[1] else None
+    dbias = torch.zeros(bias.shape, dtype=spec.accumulate, device=bias.device) if needs[2] else None
+    total = rows.new_zeros((), dtype=torch.float32)
+    for s, e in _chunks(rows, spec):
+        xc, gc = rows[s:e], dlogits[: e - s]
+        lc = _logits(xc, weight, bias, logits[: e - s])
+        total += _chunk_loss(lc, target[s:e], spec, "sum", gc)
+        if row_scale is not None:
+            _scale_rows(gc, row_scale[s:e])
+        if dx is not None:
+            torch.mm(gc, weight, out=dx[s:e])
+        if dweight is not None:
+            _accumulate(dweight, gc.t(), xc)
+        if dbias is not None:
+            dbias += gc.sum(0, dtype=spec.accumulate)
+    return total, dx, dweight, dbias
+
+
+def _cast(g: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return None if g is None else g.to(dtype)
+
+
+class _LinearPrecomputed(torch.autograd.Function):
+    """The mean or the sum: the forward computes the gradients of the loss sum while each chunk's logits exist, and
+    the backward scales them by the loss's gradient (over the mean's denominator) in place, once."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias, target, spec: _LinearSpec):
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        total, dx, dweight, dbias = _gradients(rows, weight, bias, target, spec, needs)
+        denominator = _denominator(target, spec) if spec.reduction == "mean" else None
+        ctx.save_for_backward(dx, dweight, dbias, denominator)
+        ctx.dtype, ctx.spent = weight.dtype, False
+        return total if denominator is None else total / denominator
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        dx, dweight, dbias, denominator = ctx.saved_tensors
+        scale = grad_loss.float() if denominator is None else grad_loss.float() / denominator
+        if torch.compiler.is_compiling():  # traced: scaled copies, which the compiler plans (and fuses with the casts)
+            return (None if dx is None else dx * scale, _cast(None if dweight is None else dweight * scale, ctx.dtype),
+                    _cast(None if dbias is None else dbias * scale, ctx.dtype), None, None)
+        if ctx.spent:
+            raise RuntimeError("lab.linear_cross_entropy: its backward runs once (the forward computed the "
+                               "gradients, which the backward scales in place); recompute the loss to go back again")
+        ctx.spent = True
+        for g in (dx, dweight, dbias):
+            if g is not None and g.numel():
+                _scale_rows(g if g.dim() == 2 else g.view(1, -1), scale)
+        return dx, _cast(dweight, ctx.dtype), _cast(dbias, ctx.dtype), None, None
+
+
+class _LinearPerRow(torch.autograd.Function):
+    """reduction "none": the forward computes the loss alone; the backward computes the gradients again, chunk by
+    chunk, each row's scaled by its upstream gradient before the matmuls."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias, target, spec: _LinearSpec):
+        ctx.save_for_backward(rows, weight, bias, target)
+        ctx.spec = spec
+        return _linear_loss(rows, weight, bias, target, spec)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        rows, weight, bias, target = ctx.saved_tensors
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        _, dx, dweight, dbias = _gradients(rows, weight, bias, target, ctx.spec, needs, grad_loss.float().contiguous())
+        return dx, _cast(dweight, weight.dtype), _cast(dbias, weight.dtype), None, None

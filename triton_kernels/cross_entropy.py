@@ -329,11 +329,16 @@ def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
         if pinned:
             landed.synchronize()
     if check is not None and bad[0] >= 0:
-        raise ValueError(f"{check}: a target is out of range ({bad[1].item()}, row {bad[0].item()}): targets must "
-                         f"be in [0, {vocab}) or ignore_index ({ignore_index})")
+        raise out_of_range(check, int(bad[1]), int(bad[0]), vocab, ignore_index)
     if reduction == "none":
         return loss_rows
     return loss_rows.sum() / summary[0] if reduction == "mean" else loss_rows.sum()
+
+
+def out_of_range(name: str, target: int, row: int, vocab: int, ignore_index: int) -> ValueError:
+    """The error for a target outside [0, vocab) that is not ignore_index (the first such, at `row`)."""
+    return ValueError(f"{name}: a target is out of range ({target}, row {row}): targets must be in [0, {vocab}) or "
+                      f"ignore_index ({ignore_index})")
 
 
 def _check_variant(logits: torch.Tensor, target: torch.Tensor, options, whole_row: bool, name: str, cuda: bool

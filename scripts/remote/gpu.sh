@@ -71,7 +71,7 @@ lab() {
 GPU_TESTS="tests/test_gpu.py tests/test_autograd.py tests/test_operators.py tests/test_properties.py tests/test_api.py
   tests/test_peers.py tests/test_fuzz.py tests/test_dispatch.py tests/test_triton_interpreter.py tests/test_interleave.py tests/test_bench.py tests/test_profile_point.py
   tests/test_stagger.py tests/test_time_point.py tests/test_tune_cluster.py tests/test_readme.py tests/test_cross_entropy.py
-  tests/test_tune_cross_entropy_cluster.py"
+  tests/test_tune_cross_entropy_cluster.py tests/test_linear_cross_entropy.py"
 
 tests() {
   { rc=0

@@ -1,0 +1,205 @@
+"""lab.linear_cross_entropy (lab/losses.py): the classifier's matmul and cross-entropy over chunks of tokens. On the
+CPU the chunked forward and backward run with the Triton kernels interpreted, against float64 autograd through the
+whole logits; on a GPU the entry itself, in three dtypes, compiled, and training a small head as PyTorch does."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lab
+from lab import losses
+from lab.operators.cross_entropy import CrossEntropyOptions, loss_of
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+OPTIONS = [dict(), dict(label_smoothing=0.1, z_loss=1e-3, softcap=4.0), dict(ignore_index=3)]
+
+
+def head(n: int, h: int, v: int, dtype: torch.dtype, device: str, seed: int = 0, bias: bool = True):
+    """Hidden states, a classifier and targets (one in five ignored) of a small language-model head."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(n, h, generator=g)
+    w = torch.randn(v, h, generator=g) / math.sqrt(h)
+    b = torch.randn(v, generator=g) * 0.1 if bias else None
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::5] = -100
+    cast = lambda a: None if a is None else a.to(device, dtype)  # noqa: E731
+    return cast(x), cast(w), cast(b), t.to(device)
+
+
+def reference(x, w, b, t, reduction: str, upstream: torch.Tensor | None = None, **options):
+    """(loss, dx, dw, db) in float64: autograd through the whole logits."""
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    b64 = None if b is None else b.double().requires_grad_()
+    opts = CrossEntropyOptions(reduction=reduction, **options)
+    loss = loss_of(F.linear(x64, w64, b64), t, opts)
+    wrt = [x64, w64] + ([b64] if b is not None else [])
+    grads = torch.autograd.grad(loss if upstream is None else (loss * upstream.double()).sum(), wrt)
+    return loss.detach(), *grads, *([None] if b is None else [])
+
+
+def run(x, w, b, t, reduction: str, chunk: int, accumulate: torch.dtype, upstream=None, **options):
+    """(loss, dx, dw, db) of the chunked entry's core (the public entry takes CUDA tensors only)."""
+    xs, ws = x.detach().requires_grad_(), w.detach().requires_grad_()
+    bs = None if b is None else b.detach().requires_grad_()
+    opts = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None) | options
+    spec = losses._LinearSpec(opts["ignore_index"], reduction, float(opts["label_smoothing"]), float(opts["z_loss"]),
+                              opts["softcap"], chunk, accumulate)
+    t = t.masked_fill(t == -100, opts["ignore_index"])
+    loss = losses._linear_cross_entropy(xs, ws, bs, t, spec)
+    loss.backward(upstream if upstream is not None else torch.ones_like(loss))
+    return loss.detach(), xs.grad, ws.grad, None if b is None else bs.grad
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("options", OPTIONS, ids=["plain", "smoothing-zloss-softcap", "ignore_index=3"])
+@pytest.mark.parametrize("accumulate", ["float32", "dtype"])
+def test_chunks_give_the_whole_logits_loss_and_gradients(reduction, options, accumulate):
+    """37 tokens in chunks of 16 (the last one ragged), with a bias: the loss and the gradients of x, the weight and
+    the bias as float64 autograd through the whole logits gives them (reduction none: each row's own upstream
+    gradient), for each option set, with the gradients' sums over the chunks in float32 or in the inputs' dtype."""
+    x, w, b, t = head(37, 16, 50, torch.float32, DEVICE)
+    upstream = torch.rand(37, device=DEVICE) + 0.5 if reduction == "none" else None
+    t = t.masked_fill(t == -100, options.get("ignore_index", -100))
+    want = reference(x, w, b, t, reduction, upstream, **options)
+    got = run(x, w, b, t, reduction, 16, torch.float32 if accumulate == "float32" else x.dtype, upstream, **options)
+    for name, g, r in zip(("loss", "dx", "dweight", "dbias"), got, want, strict=True):
+        assert g.dtype == (torch.float32 if name == "loss" else x.dtype), name
+        torch.testing.assert_close(g.double(), r, rtol=2e-5, atol=2e-6, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_without_grad_the_loss_alone():
+    x, w, b, t = head(21, 8, 30, torch.float32, DEVICE, seed=1)
+    spec = losses._LinearSpec(-100, "mean", 0.0, 0.0, None, 8, torch.float32)
+    with torch.no_grad():
+        loss = losses._linear_cross_entropy(x, w, b, t, spec)
+    assert loss.grad_fn is None
+    torch.testing.assert_close(loss.double(), reference(x, w, b, t, "mean")[0], rtol=2e-5, atol=2e-6)
+
+
+def test_only_the_wanted_gradients_and_an_empty_batch():
+    """A frozen weight gets no gradient (nor is one computed); no tokens: the mean is NaN, the sum 0, as PyTorch."""
+    x, w, b, t = head(9, 8, 12, torch.float32, DEVICE, seed=2, bias=False)
+    spec = losses._LinearSpec(-100, "sum", 0.0, 0.0, None, 4, torch.float32)
+    xs = x.clone().requires_grad_()
+    losses._linear_cross_entropy(xs, w, None, t, spec).backward()
+    torch.testing.assert_close(xs.grad.double(), reference(x, w, None, t, "sum")[1], rtol=2e-5, atol=2e-6)
+    assert w.grad is None
+    for reduction, want in (("mean", math.nan), ("sum", 0.0)):
+        spec = losses._LinearSpec(-100, reduction, 0.0, 0.0, None, 4, torch.float32)
+        xs = x[:0].clone().requires_grad_()
+        loss = losses._linear_cross_entropy(xs, w.clone().requires_grad_(), None, t[:0], spec)
+        assert (math.isnan(loss.item()) if math.isnan(want) else loss.item() == want), (reduction, loss)
+
+
+def test_the_backward_runs_once():
+    """The mean's gradients were computed by the forward and are scaled in place: a second backward through the
+    same graph would scale them twice, so it is an error, not a wrong gradient."""
+    x, w, b, t = head(9, 8, 12, torch.float32, DEVICE, seed=3)
+    spec = losses._LinearSpec(-100, "mean", 0.0, 0.0, None, 4, torch.float32)
+    loss = losses._linear_cross_entropy(x.requires_grad_(), w, b, t, spec) * 0.5
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="its backward runs once"):
+        loss.backward()
+
+
+def test_the_default_chunk():
+    assert losses.chunk_tokens_for(128256, 2) == 4096
+    for vocab, itemsize in ((32000, 4), (50257, 2), (151936, 2), (256000, 2), (10**7, 4)):
+        c = losses.chunk_tokens_for(vocab, itemsize)
+        assert c % 256 == 0 and c >= 256 and (c == 256 or c * vocab * itemsize <= losses.LOGITS_CHUNK_BYTES)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(x=torch.zeros(4, 8, dtype=torch.float64)), TypeError, "one dtype, float32, float16 or bfloat16"),
+    (dict(weight=torch.zeros(12, 8, dtype=torch.float16)), TypeError, "one dtype"),
+    (dict(target=torch.zeros(4, dtype=torch.int32)), TypeError, "int64 targets"),
+    (dict(weight=torch.zeros(12, 7)), ValueError, "expected x \\(..., H\\), weight \\(V, H\\)"),
+    (dict(target=torch.zeros(5, dtype=torch.int64)), ValueError, "target \\(5,\\)"),
+    (dict(bias=torch.zeros(11)), ValueError, "bias \\(11,\\)"),
+    (dict(reduction="avg"), ValueError, "reduction must be one of"),
+    (dict(label_smoothing=1.5), ValueError, "label_smoothing"),
+    (dict(chunk_tokens=0), ValueError, "chunk_tokens must be a positive int"),
+    (dict(accumulate=torch.float16), ValueError, "accumulate must be torch.float32 or the weight's dtype"),
+    (dict(), ValueError, "on one CUDA device, got x on cpu"),
+])
+def test_bad_input_is_a_clear_error(bad, error, match):
+    args = dict(x=torch.zeros(4, 8), weight=torch.zeros(12, 8), target=torch.zeros(4, dtype=torch.int64),
+                bias=torch.zeros(12)) | bad
+    tensors = {k: args.pop(k) for k in ("x", "weight", "target", "bias")}
+    with pytest.raises(error, match=f"lab.linear_cross_entropy: .*{match}"):
+        lab.linear_cross_entropy(tensors["x"], tensors["weight"], tensors["target"], tensors["bias"], **args)
+
+
+# --- on the GPU: the entry itself ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("vocab", [1000, 50257], ids=["triton", "cuda"])
+def test_the_entry_matches_pytorch(dtype, vocab):
+    """Chunks of 256 tokens over 600: against float64, and in 16-bit within twice PyTorch's own error in that dtype
+    (F.linear then F.cross_entropy on the same inputs), for the loss and each gradient."""
+    x, w, b, t = head(600, 64, vocab, dtype, "cuda", seed=4)
+    want = reference(x, w, b, t, "mean")
+    xs, ws, bs = (a.detach().requires_grad_() for a in (x, w, b))
+    loss = lab.linear_cross_entropy(xs, ws, t, bs, chunk_tokens=256)
+    loss.backward()
+    got = (loss.detach(), xs.grad, ws.grad, bs.grad)
+    xt, wt, bt = (a.detach().requires_grad_() for a in (x, w, b))
+    torch_loss = F.cross_entropy(F.linear(xt, wt, bt).float(), t)
+    torch_loss.backward()
+    theirs = (torch_loss.detach(), xt.grad, wt.grad, bt.grad)
+    for name, g, r, p in zip(("loss", "dx", "dweight", "dbias"), got, want, theirs, strict=True):
+        err = (g.double() - r).abs().max().item()
+        bar = 2 * (p.double() - r).abs().max().item() if dtype != torch.float32 else 0.0
+        assert err <= max(bar, 1e-5 * r.abs().max().item()), (name, err, bar)
+
+
+@pytest.mark.gpu
+def test_the_entry_compiles_fullgraph():
+    x, w, b, t = head(300, 64, 5000, torch.bfloat16, "cuda", seed=5)
+    step = torch.compile(lambda x, w, b, t: lab.linear_cross_entropy(x, w, t, b, chunk_tokens=128), fullgraph=True)
+    xs, ws, bs = (a.detach().requires_grad_() for a in (x, w, b))
+    loss = step(xs, ws, bs, t)
+    loss.backward()
+    want = reference(x, w, b, t, "mean")
+    for name, g, r in zip(("loss", "dx", "dweight", "dbias"), (loss.detach(), xs.grad, ws.grad, bs.grad), want,
+                          strict=True):
+        assert (g.double() - r).abs().max().item() <= 2e-2 * r.abs().max().item(), name
+
+
+@pytest.mark.gpu
+def test_a_bad_target_is_a_clear_error():
+    x, w, b, t = head(8, 16, 40, torch.float32, "cuda", seed=6)
+    t[5] = 40
+    with pytest.raises(ValueError, match="lab.linear_cross_entropy: a target is out of range \\(40, row 5\\)"):
+        lab.linear_cross_entropy(x, w, t, b)
+
+
+@pytest.mark.gpu
+def test_a_head_trains_with_it_as_with_pytorch():
+    """Ten steps of SGD on a small language-model head (hidden states from an embedding): the losses and the
+    classifier's weights follow PyTorch's, step for step, in float32."""
+    torch.manual_seed(7)
+    tokens = torch.randint(0, 300, (64, 9), device="cuda")
+    models = []
+    for _ in range(2):
+        torch.manual_seed(8)
+        models.append(torch.nn.ModuleDict(dict(emb=torch.nn.Embedding(300, 32), out=torch.nn.Linear(32, 300)))
+                      .cuda())
+    criterion = lab.LinearCrossEntropyLoss(chunk_tokens=100)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in models]
+    for _ in range(10):
+        losses_ = []
+        for i, (m, opt) in enumerate(zip(models, opts, strict=True)):
+            h, target = m["emb"](tokens[:, :-1]).reshape(-1, 32), tokens[:, 1:].reshape(-1)
+            loss = (criterion(h, m["out"].weight, target, m["out"].bias) if i == 0
+                    else F.cross_entropy(m["out"](h), target))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses_.append(loss.item())
+        assert losses_[0] == pytest.approx(losses_[1], rel=1e-5, abs=1e-6)
+    torch.testing.assert_close(models[0]["out"].weight, models[1]["out"].weight, rtol=1e-4, atol=1e-5)
