@@ -83,7 +83,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     rows = logits.reshape(shape)  # a view where the rows are evenly strided
     if vocab > 1 and rows.stride(1) != 1:
         rows = rows.contiguous()
-    flat = target.reshape(-1)
+    flat = target.reshape(-1).contiguous()  # the kernels read one target after another
     args = (ignore_index, reduction, float(label_smoothing), float(z_loss), softcap)
     wants_grad = torch.is_grad_enabled() and logits.requires_grad
     check = not torch.compiler.is_compiling()  # a target out of range: an error eagerly, a NaN row when compiled
@@ -148,8 +148,8 @@ class _InPlace(torch.autograd.Function):
 
 LOGITS_CHUNK_BYTES = 2**30
 """The default chunk of tokens: as many as have this many bytes of logits (4096 tokens of 128256 bfloat16 logits),
-so that a chunk's two buffers (logits, dlogits) take 2 GiB at any vocabulary, and its matmuls are large enough to run
-at the matmul's speed."""
+so that a chunk's two buffers (logits, dlogits) take 2 GiB up to vocabularies of millions (256 tokens at least), and
+its matmuls are large enough to run at the matmul's speed."""
 
 
 def chunk_tokens_for(vocab: int, itemsize: int) -> int:
@@ -197,9 +197,11 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Te
     if any(t.device != x.device for t in tensors.values()) or x.device.type != "cuda":
         raise ValueError(f"{name}: expected every tensor on one CUDA device, got "
                          + ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
-    rows, flat = x.reshape(-1, x.shape[-1]), target.reshape(-1)
+    rows, flat = x.reshape(-1, x.shape[-1]), target.reshape(-1).contiguous()
     vocab = weight.shape[0]
-    if not torch.compiler.is_compiling():  # one check of every target (a sync); the chunks' kernels check none
+    # One check of every target (a sync; the chunks' kernels check none), eagerly: not traced, nor captured into a CUDA
+    # graph (nothing may wait there), where a bad target's row is NaN.
+    if not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing():
         bad = (flat != ignore_index) & ((flat < 0) | (flat >= vocab))
         if bad.any():
             row = int(bad.nonzero()[0, 0])
@@ -288,7 +290,7 @@ def _linear_loss(rows, weight, bias, target, spec: _LinearSpec) -> torch.Tensor:
         parts.append(_chunk_loss(lc, target[s:e], spec, "none" if per_row else "sum", None))
     if per_row:
         return torch.cat(parts) if parts else rows.new_empty(0, dtype=torch.float32)
-    total = torch.stack(parts).sum() if parts else rows.new_zeros((), dtype=torch.float32)
+    total = _sum(parts, rows)
     return total / _denominator(target, spec) if spec.reduction == "mean" else total
 
 
@@ -298,12 +300,15 @@ def _denominator(target: torch.Tensor, spec: _LinearSpec) -> torch.Tensor:
 
 
 def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """total += a @ b, in total's dtype: straight into a float32 total from 16-bit a and b where the GPU's matmul does
-    it (addmm's out_dtype), else through a product in a's dtype."""
+    """total += a @ b, in total's dtype: a float32 total from 16-bit a and b straight out of the GPU's matmul
+    (addmm's out_dtype: no product the size of total); traced, and on the CPU, through a float32 product (mm's
+    out_dtype; torch 2.11 cannot trace addmm's), or one in a's dtype."""
     if total.dtype == a.dtype:
         total.addmm_(a, b)
-    elif total.is_cuda:
+    elif total.is_cuda and not torch.compiler.is_compiling():
         torch.addmm(total, a, b, out_dtype=total.dtype, out=total)
+    elif total.is_cuda:
+        total.add_(torch.mm(a, b, out_dtype=total.dtype))
     else:
         total.add_(torch.mm(a, b))
 
@@ -324,14 +329,14 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
     (reduction "none": the upstream gradient of each row's loss). dweight and dbias in spec.accumulate, dx in x's
     dtype."""
     logits, dlogits = _buffers(rows, weight, spec, 2)
-    dx = torch.empty_like(rows) if needs[0] else None
+    dx = torch.empty(rows.shape, dtype=rows.dtype, device=rows.device) if needs[0] else None  # rows contiguous
     dweight = torch.zeros(weight.shape, dtype=spec.accumulate, device=weight.device) if needs[1] else None
     dbias = torch.zeros(bias.shape, dtype=spec.accumulate, device=bias.device) if needs[2] else None
-    total = rows.new_zeros((), dtype=torch.float32)
+    parts = []
     for s, e in _chunks(rows, spec):
         xc, gc = rows[s:e], dlogits[: e - s]
         lc = _logits(xc, weight, bias, logits[: e - s])
-        total += _chunk_loss(lc, target[s:e], spec, "sum", gc)
+        parts.append(_chunk_loss(lc, target[s:e], spec, "sum", gc))
         if row_scale is not None:
             _scale_rows(gc, row_scale[s:e])
         if dx is not None:
@@ -340,7 +345,13 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
             _accumulate(dweight, gc.t(), xc)
         if dbias is not None:
             dbias += gc.sum(0, dtype=spec.accumulate)
-    return total, dx, dweight, dbias
+    return _sum(parts, rows), dx, dweight, dbias
+
+
+def _sum(parts: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """The chunks' loss sums added up, out of place (a forward's output changed in place after it was made loses its
+    gradient under torch.compile), 0 for no chunks."""
+    return torch.stack(parts).sum() if parts else rows.new_zeros((), dtype=torch.float32)
 
 
 def _cast(g: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -363,7 +374,9 @@ class _LinearPrecomputed(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         dx, dweight, dbias, denominator = ctx.saved_tensors
-        scale = grad_loss.float() if denominator is None else grad_loss.float() / denominator
+        scale = grad_loss.float()
+        if denominator is not None:  # no counted row: the mean is NaN and its gradient 0, as PyTorch's
+            scale = torch.where(denominator > 0, scale / denominator, 0.0)
         if torch.compiler.is_compiling():  # traced: scaled copies, which the compiler plans (and fuses with the casts)
             return (None if dx is None else dx * scale, _cast(None if dweight is None else dweight * scale, ctx.dtype),
                     _cast(None if dbias is None else dbias * scale, ctx.dtype), None, None)

@@ -60,9 +60,10 @@ CASES = {"softmax": SHAPES}
 for op_name in CUDA_OPS:
     CASES.setdefault(op_name, list(operators.get(op_name).edge_shapes))
 # cross_entropy's cluster kernel: each of its kernels (a launch shape, rows on or off 16-byte boundaries, in the
-# plans with the gradient and in the loss alone's) at its longest row, in a cluster of one CTA and of several, in
-# every dtype (the row lengths of bfloat16's tables, which float16 shares; float32's own). Rows on boundaries: a
-# padded row stride where N is not whole packs; off them: an odd N, or a row stride one element longer.
+# plans of 2 rows with the gradient and in the loss alone's; the entries for many rows launch kernels these run too)
+# at its longest row, in a cluster of one CTA and of several, in every dtype (the row lengths of bfloat16's tables,
+# which float16 shares; float32's own). Rows on boundaries: a padded row stride where N is not whole packs; off
+# them: an odd N, or a row stride one element longer.
 def cross_entropy_cluster_cases() -> list[Shape]:
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
     from triton_kernels.cross_entropy import PACK_BYTES

@@ -169,7 +169,7 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
 
 def check_inputs(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, name: str) -> None:
     """What the kernel can take, checked on the host without a sync: 2-D float logits whose vocabulary is
-    contiguous, int64 targets of one per row on their device, class weights of one per class."""
+    contiguous, contiguous int64 targets of one per row on their device, class weights of one per class."""
     check_device(logits, name, "logits")
     if logits.dim() != 2:
         raise ValueError(f"{name}: expected logits of 2 dims (rows, vocabulary), got {logits.dim()}")
@@ -181,6 +181,9 @@ def check_inputs(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     if target.dtype != torch.int64 or target.shape != (rows,) or target.device != logits.device:
         raise ValueError(f"{name}: target must be int64 of shape ({rows},) on {logits.device}, got "
                          f"{target.dtype} of shape {tuple(target.shape)} on {target.device}")
+    if rows > 1 and target.stride(0) != 1:
+        raise ValueError(f"{name}: target must be contiguous (the kernels read one target after another), got "
+                         f"stride {target.stride(0)}")
     if weight is not None and (weight.shape != (vocab,) or weight.device != logits.device
                                or not weight.is_floating_point()):
         raise ValueError(f"{name}: weight must be a floating-point tensor of shape ({vocab},) on {logits.device}")

@@ -46,9 +46,10 @@ namespace {
 
 // The longest row the kernel is compiled for: the vocabularies of today's models (256000 at most) and a margin.
 constexpr int64_t kMaxCols = 262144;
-// The resident shapes (kResidentShapes indices) that softmax's launch tables name for rows of up to kMaxCols, by
-// dtype: the only ones compiled with LOSS. cross_entropy_cluster_max_cols stops below the first row length whose
-// plan names another, so a table change that needs one more shows there (tests/test_cuda_compile.py).
+// The resident shapes (kResidentShapes indices) that softmax's launch tables and the loss alone's (kLossPlan16,
+// kLossPlan32) name for rows of up to kMaxCols, by dtype: the only ones compiled with LOSS.
+// cross_entropy_cluster_max_cols stops below the first row length whose plan names another, so a table change that
+// needs one more shows there (tests/test_cuda_compile.py).
 constexpr int kShapes32[] = {12, 13, 14, 16, 32};
 constexpr int kShapes16[] = {0, 18, 20, 21, 26, 31, 33};
 
@@ -68,45 +69,28 @@ constexpr bool compiled_for(int shape) {
 
 // The loss alone's launches (cross_entropy_loss_plan) where they differ from softmax's tables (cluster_plan), which
 // the kernel runs on with the gradient, and without it elsewhere: the first entry whose rows (aligned or shifted, as
-// the tables split them) and lengths cover the input and whose min_rows it reaches. Each entry spans the softmax table's entry around a
-// vocabulary of the cross_entropy operator's sweep, where scripts/tune/tune_cross_entropy_cluster.py measured its
-// launch ahead of the table's by more than 2% of a copy (H100, the kernel alone, percent of a copy of the same bytes);
-// at the sweep's other points the table's launch was within 2% of the fastest.
+// the tables split them) and length cover the input and whose min_rows it reaches. An entry covers the row lengths of
+// softmax's table entry around its vocabulary `at_cols` (cluster_plan_span), a vocabulary of the cross_entropy
+// operator's sweep where scripts/tune/tune_cross_entropy_cluster.py measured its launch ahead of that entry's by more
+// than 2% of a copy (H100, the kernel alone, percent of a copy of the same bytes); at the sweep's other points the
+// table's launch was within 2% of the fastest. cross_entropy_cluster_max_cols stops below any length where an
+// entry's shape is not compiled or does not hold the row (takes).
 // Why: the read-only kernel wants more CTAs a row than the kernel that writes the row (a slice of half the bytes to
 // wait on a CTA): at 50257 16-bit the tables' two 512 x 64 CTAs a row left a quarter of the DRAM peak unused (ncu).
 struct LossPlanEntry {
-  int64_t min_cols;
-  int64_t max_cols;
+  int64_t at_cols;
   bool aligned;
   int64_t min_rows;
   ClusterPlan plan;
 };
 constexpr LossPlanEntry kLossPlan16[] = {
-    {40962, 57345, false, 4096, {31, 4, true, {6, 1000}}},  // 128x128P c4p: 4096/16384 x 50257 90/94%, table 84/88%
-    {40962, 57345, false, 0, {18, 8, true, {4, 500}}},  // 128x64P c8p: 1024 x 50257 84%, table 79%
-    {98305, 131072, true, 0, {31, 8, false, {6, 1000}}},  // 128x128P c8n: 1024/4096 x 128256 94/103%, table 91/96%
+    {50257, false, 4096, {31, 4, true, {6, 1000}}},  // 128x128P c4p: 4096/16384 x 50257 90/94%, table 84/88%
+    {50257, false, 0, {18, 8, true, {4, 500}}},  // 128x64P c8p: 1024 x 50257 84%, table 79%
+    {128256, true, 0, {31, 8, false, {6, 1000}}},  // 128x128P c8n: 1024/4096 x 128256 93.5/102%, table 91/96%
 };
 constexpr LossPlanEntry kLossPlan32[] = {
-    {40962, 50257, false, 4096, {32, 4, false, {4, 500}}},  // 128x128 c4n: 4096/16384 x 50257 102/105%, table 99/103%
+    {50257, false, 4096, {32, 4, false, {4, 500}}},  // 128x128 c4n: 4096/16384 x 50257 102/105%, table 99/103%
 };
-
-// Every entry names a shape compiled for its dtype, and holds its longest row (shifted: a pack less one element
-// longer) in the shape's registers of `cluster` CTAs, loaded straight into registers where shifted.
-template <typename T, size_t N>
-constexpr bool loss_plan_fits(const LossPlanEntry (&plan)[N]) {
-  for (const LossPlanEntry& e : plan) {
-    const ClusterPlan& p = e.plan;
-    if (p.shape < 0 || p.shape >= kResidentShapeCount || !compiled_for<T>(p.shape)) return false;
-    const ResidentShape& s = kResidentShapes[p.shape];
-    if (p.cluster < 1 || p.cluster > kMaxCluster || (s.one_row && p.persistent) || (!e.aligned && s.stages != 0)) {
-      return false;
-    }
-    if (slice_packs_of(e.max_cols, kPack<T>, !e.aligned, p.cluster) > int64_t{s.threads} * s.elems / kPack<T>) {
-      return false;
-    }
-  }
-  return true;
-}
 
 template <typename T, bool GRAD>
 cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan& plan, bool shifted,
@@ -129,15 +113,27 @@ cudaError_t launch(const RowsArgs& rows, const LossRows& loss, const ClusterPlan
   });
 }
 
-static_assert(loss_plan_fits<float>(kLossPlan32) && loss_plan_fits<__nv_bfloat16>(kLossPlan16),
-              "a loss plan entry names a shape not compiled for its dtype, exceeds its registers, or stages shifted rows");
+// Whether `plan` launches rows of `cols` elements of `dtype` on a shape compiled for the kernel whose registers hold
+// them (shifted rows: a pack less one element longer, loaded straight into registers).
+bool holds(const ClusterPlan& plan, int64_t cols, DType dtype, bool aligned) {
+  if (plan.shape < 0 || plan.shape >= kResidentShapeCount || plan.cluster < 1 || plan.cluster > kMaxCluster) {
+    return false;
+  }
+  if (dtype == DType::kFloat32 ? !compiled_for<float>(plan.shape) : !compiled_for<__nv_bfloat16>(plan.shape)) {
+    return false;
+  }
+  const ResidentShape& s = kResidentShapes[plan.shape];
+  const int pack = kVecBytes / elem_bytes(dtype);
+  return !(s.one_row && plan.persistent) && (aligned || s.stages == 0) &&
+         slice_packs_of(cols, pack, !aligned, plan.cluster) <= int64_t{s.threads} * s.elems / pack;
+}
 
-// Whether rows of `cols` elements (any number of them) take a compiled shape of the resident path.
+// Whether rows of `cols` elements (any number of them) take a compiled shape of the resident path, with the gradient
+// and without it.
 bool takes(int64_t cols, DType dtype, bool aligned) {
   for (const int64_t rows : {int64_t{1}, INT64_MAX}) {  // the tables' entries for few rows and for many
-    const ClusterPlan plan = cluster_plan(cols, rows, dtype, aligned);
-    if (plan.shape < 0) return false;
-    if (dtype == DType::kFloat32 ? !compiled_for<float>(plan.shape) : !compiled_for<__nv_bfloat16>(plan.shape)) {
+    if (!holds(cluster_plan(cols, rows, dtype, aligned), cols, dtype, aligned) ||
+        !holds(cross_entropy_loss_plan(cols, rows, dtype, aligned), cols, dtype, aligned)) {
       return false;
     }
   }
@@ -232,7 +228,9 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(T* __restrict
 ClusterPlan cross_entropy_loss_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) {
   const auto pick = [&](const auto& table) {
     for (const LossPlanEntry& e : table) {
-      if (e.aligned == aligned && cols >= e.min_cols && cols <= e.max_cols && rows >= e.min_rows) return &e.plan;
+      if (e.aligned != aligned || rows < e.min_rows) continue;
+      const ClusterSpan span = cluster_plan_span(e.at_cols, dtype, aligned);
+      if (cols >= span.first && cols <= span.last) return &e.plan;
     }
     return static_cast<const ClusterPlan*>(nullptr);
   };

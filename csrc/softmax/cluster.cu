@@ -303,6 +303,19 @@ ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) 
   return plan.shape == kStreamingShape ? streaming : plan;
 }
 
+ClusterSpan cluster_plan_span(int64_t cols, DType dtype, bool aligned) {
+  const auto span = [cols](const auto& plan) {
+    int64_t first = 1;
+    for (const PlanEntry& e : plan) {
+      if (cols <= e.max_cols) return ClusterSpan{first, e.max_cols};
+      first = e.max_cols + 1;  // an entry for many rows shares its max_cols with the entry after it
+    }
+    return ClusterSpan{first, INT64_MAX};
+  };
+  if (aligned) return dtype == DType::kFloat32 ? span(kPlan32) : span(kPlan16);
+  return dtype == DType::kFloat32 ? span(kShiftedPlan32) : span(kShiftedPlan16);
+}
+
 namespace {
 // The plan softmax_cluster launches `a` with: cluster_plan's for aligned or shiftable rows, else the streaming path.
 ClusterPlan plan_for(const RowsArgs& a) {

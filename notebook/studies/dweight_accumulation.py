@@ -9,7 +9,7 @@ three ways, against the float64 product of the float64 logits' gradient (the lab
   bf16    each chunk's product added into a bfloat16 total, rounded after every chunk (addmm with beta=1 into a
           bfloat16 output: accumulate=the weight's dtype, the seed's design).
 Prints, per number of chunks, the worst and the norm-wise error of each, and bf16's as a multiple of torch's (the
-lab's bar for 16-bit gradients is twice PyTorch's error). CPU only; about a minute on two cores.
+lab's bar for 16-bit gradients is twice PyTorch's error). CPU only; 20-50 s on two cores.
 
     python notebook/studies/dweight_accumulation.py [--tokens 65536] [--hidden 256] [--vocab 2048]
 """

@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", type=inputs.Shape.parse, action="append",
                    help="MxN (repeatable): time these shapes instead of the vocab sweep's points")
     p.add_argument("--staggered", type=int, default=3,
-                   help="time the fastest configurations of more than one CTA a row again with each stagger")
+                   help="time the fastest N configurations again with each stagger (those of more than one CTA a "
+                        "row: a single CTA is never staggered)")
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():

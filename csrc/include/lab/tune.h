@@ -54,6 +54,15 @@ int cluster_resident_shapes(const ResidentShape** shapes);
 // registers or stream).
 ClusterPlan cluster_plan(int64_t cols, int64_t rows, DType dtype, bool aligned = true);
 
+// The row lengths [first, last] that take the same entry of cluster_plan's tables as `cols` (rows on 16-byte
+// boundaries or off them, by dtype; an entry for many rows shares the span of the entry after it; past the tables'
+// last entry: to INT64_MAX).
+struct ClusterSpan {
+  int64_t first;
+  int64_t last;
+};
+ClusterSpan cluster_plan_span(int64_t cols, DType dtype, bool aligned);
+
 // How the cluster launcher takes `args` where its rows are off 16-byte boundaries, against aligned rows of that
 // length: kStreaming on its streaming path (two reads of every element); kCrossing where N is within a pack of
 // the end of its entry in the aligned table (the shifted row, up to a pack less one element longer, crosses it:
