@@ -112,6 +112,8 @@ def test_bad_input_is_a_clear_error(v):
         kernel(logits, target.int(), options)
     with pytest.raises(ValueError, match="target must be int64 of shape \\(4,\\)"):
         kernel(logits, target[:3], options)
+    with pytest.raises(ValueError, match="target must be contiguous"):  # else read as if it were
+        kernel(logits, torch.stack([target, target], 1)[:, 0], options)
     with pytest.raises(TypeError, match="expected float32, float16 or bfloat16 logits"):
         kernel(logits.double(), target, options)
     with pytest.raises(ValueError, match="weight must be"):
