@@ -120,6 +120,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        _once(ctx, "lab.cross_entropy")
         (dlogits,) = ctx.saved_tensors
         _ops().scale_rows(dlogits, grad_loss)
         return (dlogits,) + (None,) * 7
@@ -138,11 +139,21 @@ class _InPlace(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
+        _once(ctx, "lab.cross_entropy")
         (dlogits,) = ctx.saved_tensors
         torch.ops.lab_triton.scale_rows_(dlogits, grad_loss)
         return (dlogits,) + (None,) * 8
 
 
+def _once(ctx, name: str) -> None:
+    """Eagerly, a backward that scales in place the gradient its forward computed runs once per forward: a second
+    backward through the same graph (retain_graph) would scale it again, so it is an error, not a wrong gradient."""
+    if torch.compiler.is_compiling():
+        return
+    if getattr(ctx, "spent", False):
+        raise RuntimeError(f"{name}: its backward runs once (the forward computed the gradient, which the backward "
+                           "scales in place); compute the loss again to go back through it again")
+    ctx.spent = True
 
 # --- lab.linear_cross_entropy: the classifier's matmul and the loss, the logits never whole in memory -------------
 
@@ -368,7 +379,7 @@ class _LinearPrecomputed(torch.autograd.Function):
         total, dx, dweight, dbias = _gradients(rows, weight, bias, target, spec, needs)
         denominator = _denominator(target, spec) if spec.reduction == "mean" else None
         ctx.save_for_backward(dx, dweight, dbias, denominator)
-        ctx.dtype, ctx.spent = weight.dtype, False
+        ctx.dtype = weight.dtype
         return total if denominator is None else total / denominator
 
     @staticmethod
@@ -380,10 +391,7 @@ class _LinearPrecomputed(torch.autograd.Function):
         if torch.compiler.is_compiling():  # traced: scaled copies, which the compiler plans (and fuses with the casts)
             return (None if dx is None else dx * scale, _cast(None if dweight is None else dweight * scale, ctx.dtype),
                     _cast(None if dbias is None else dbias * scale, ctx.dtype), None, None)
-        if ctx.spent:
-            raise RuntimeError("lab.linear_cross_entropy: its backward runs once (the forward computed the "
-                               "gradients, which the backward scales in place); recompute the loss to go back again")
-        ctx.spent = True
+        _once(ctx, "lab.linear_cross_entropy")
         for g in (dx, dweight, dbias):
             if g is not None and g.numel():
                 _scale_rows(g if g.dim() == 2 else g.view(1, -1), scale)

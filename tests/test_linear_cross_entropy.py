@@ -119,7 +119,21 @@ def test_the_backward_runs_once():
     spec = losses._LinearSpec(-100, "mean", 0.0, 0.0, None, 4, torch.float32)
     loss = losses._linear_cross_entropy(x.requires_grad_(), w, b, t, spec) * 0.5
     loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="its backward runs once"):
+    with pytest.raises(RuntimeError, match="lab.linear_cross_entropy: its backward runs once"):
+        loss.backward()
+
+
+def test_lab_cross_entropys_backward_runs_once_too():
+    """lab.cross_entropy's eager backward scales the gradient its forward wrote, in place: a second backward through
+    the same graph is an error, where it would have scaled it again."""
+    x, w, b, t = head(9, 8, 12, torch.float32, DEVICE, seed=3)
+    logits = F.linear(x, w, b).detach().requires_grad_()
+    loss = losses._Eager.apply(logits, t, None, -100, "mean", 0.0, 0.0, None) * 0.5
+    loss.backward(retain_graph=True)
+    l64 = logits.detach().double().requires_grad_()
+    want = torch.autograd.grad(F.cross_entropy(l64, t) * 0.5, l64)[0]
+    torch.testing.assert_close(logits.grad.double(), want, rtol=2e-5, atol=2e-7)
+    with pytest.raises(RuntimeError, match="lab.cross_entropy: its backward runs once"):
         loss.backward()
 
 
