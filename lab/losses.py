@@ -254,6 +254,7 @@ def _linear_cross_entropy(rows: torch.Tensor, weight: torch.Tensor, bias: torch.
                           spec: _LinearSpec) -> torch.Tensor:
     """The loss of rows (N x H) and target (N), checked: the loss alone, the per-row loss with its recomputing
     backward, or the reduced loss with its gradients computed by the forward."""
+    _ops()  # the kernels' ops registered (torch.ops.lab_triton), before anything traced names them
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in (rows, weight, bias) if t is not None)):
         return _linear_loss(rows, weight, bias, target, spec)
     if spec.reduction == "none":
