@@ -122,7 +122,7 @@ class _Eager(torch.autograd.Function):
     def backward(ctx, grad_loss):
         _once(ctx, "lab.cross_entropy")
         (dlogits,) = ctx.saved_tensors
-        _ops().scale_rows(dlogits, grad_loss)
+        _scale_rows(dlogits, grad_loss)
         return (dlogits,) + (None,) * 7
 
 
@@ -141,8 +141,17 @@ class _InPlace(torch.autograd.Function):
     def backward(ctx, grad_loss):
         _once(ctx, "lab.cross_entropy")
         (dlogits,) = ctx.saved_tensors
-        torch.ops.lab_triton.scale_rows_(dlogits, grad_loss)
+        _scale_rows(dlogits, grad_loss)
         return (dlogits,) + (None,) * 8
+
+
+def _scale_rows(g: torch.Tensor, scale: torch.Tensor) -> None:
+    """g (rows x columns) scaled in place, row i by scale (one float32, or one per row): the lab's kernel, which
+    leaves rows whose scale is 1 unread (the traced op under torch.compile)."""
+    if torch.compiler.is_compiling():
+        torch.ops.lab_triton.scale_rows_(g, scale)
+    else:
+        _ops().scale_rows(g, scale)
 
 
 def _once(ctx, name: str) -> None:
@@ -323,15 +332,6 @@ def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         total.add_(torch.mm(a, b, out_dtype=total.dtype))
     else:
         total.add_(torch.mm(a, b))
-
-
-def _scale_rows(g: torch.Tensor, scale: torch.Tensor) -> None:
-    """g (rows x columns) scaled in place, row i by scale (one float32, or one per row): the lab's kernel, which
-    leaves rows whose scale is 1 unread (the traced op under torch.compile: reduction "none"'s backward)."""
-    if torch.compiler.is_compiling():
-        torch.ops.lab_triton.scale_rows_(g, scale)
-    else:
-        _ops().scale_rows(g, scale)
 
 
 def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool, bool, bool],
