@@ -167,13 +167,20 @@ def _once(ctx, name: str) -> None:
 # --- lab.linear_cross_entropy: the classifier's matmul and the loss, the logits never whole in memory -------------
 
 LOGITS_CHUNK_BYTES = 2**30
-"""The default chunk of tokens: as many as have this many bytes of logits (4096 tokens of 128256 bfloat16 logits),
-so that a chunk's two buffers (logits, dlogits) take 2 GiB up to vocabularies of millions (256 tokens at least), and
-its matmuls are large enough to run at the matmul's speed."""
+"""The default chunk of tokens, where there are several: as many as have this many bytes of logits (4096 tokens of
+128256 bfloat16 logits), so that a chunk's buffer (its logits, then their gradient over them) takes 1 GiB up to
+vocabularies of millions (256 tokens at least), and its matmuls are large enough to run at the matmul's speed."""
 
 
-def chunk_tokens_for(vocab: int, itemsize: int) -> int:
-    """The tokens of a chunk by default: LOGITS_CHUNK_BYTES of logits, a multiple of 256 (at least 256)."""
+def chunk_tokens_for(tokens: int, vocab: int, hidden: int, itemsize: int, accumulate_itemsize: int) -> int:
+    """The tokens of a chunk by default: every token in one chunk where their logits take no more memory than
+    chunking would (a chunk's LOGITS_CHUNK_BYTES, and dweight's sum over the chunks in a wider accumulate dtype with
+    its cast back to the weight's); else LOGITS_CHUNK_BYTES of logits a chunk, a multiple of 256 (at least 256). One
+    chunk is also the fastest (dweight from one matmul, nothing added up: as PyTorch computes it); past 16384 tokens
+    at V = 128256 and K = 4096 in bfloat16 with float32 sums, chunks take less memory."""
+    summing = vocab * hidden * (accumulate_itemsize + itemsize) if accumulate_itemsize != itemsize else 0
+    if tokens * vocab * itemsize <= LOGITS_CHUNK_BYTES + summing:
+        return max(1, tokens)
     return max(256, LOGITS_CHUNK_BYTES // (vocab * itemsize) // 256 * 256)
 
 
@@ -183,12 +190,14 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Te
                          accumulate: torch.dtype = torch.float32) -> torch.Tensor:
     """cross_entropy(x @ weight.T + bias, target) with lab.cross_entropy's options, the N x V logits never in memory at
     once: the tokens go through in chunks (chunk_tokens; default chunk_tokens_for), each chunk's logits made by one
-    matmul, its loss and gradient by the lab's cross-entropy kernel (one read of the chunk's logits, one write of their
-    gradient), then its share of the gradients by two more matmuls: dx of the chunk, and dweight (dbias) added up over
-    the chunks in `accumulate` (float32, or the weight's dtype: half the memory, rounded once a chunk).
+    matmul, its loss and gradient by the lab's cross-entropy kernel (one read of the chunk's logits, their gradient
+    written over them), then its share of the gradients by two more matmuls: dx of the chunk, and dweight (dbias),
+    from one matmul where there is one chunk, else added up over the chunks in `accumulate` (float32, or the weight's
+    dtype: less memory, rounded once a chunk).
 
     x: (..., H) hidden states; weight: (V, H) classifier; bias: (V,) or None; all of one float dtype (float32, float16,
-    bfloat16) on one CUDA device; target: int64 of x.shape[:-1]. Returns the loss (float32), as lab.cross_entropy.
+    bfloat16) on one CUDA device (or on the CPU where the Triton kernels are interpreted, TRITON_INTERPRET=1: for
+    tests); target: int64 of x.shape[:-1]. Returns the loss (float32), as lab.cross_entropy.
     Differentiable in x, weight and bias: with the mean or the sum, the forward computes their gradients (the logits
     are gone by the backward), which the backward scales by the loss's gradient, once (a second backward through the
     same graph is an error); with reduction "none" the backward computes them again, chunk by chunk, each row scaled
@@ -214,22 +223,34 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Te
     if accumulate not in (torch.float32, weight.dtype):
         raise ValueError(f"{name}: accumulate must be torch.float32 or the weight's dtype ({weight.dtype}), got "
                          f"{accumulate}")
-    if any(t.device != x.device for t in tensors.values()) or x.device.type != "cuda":
-        raise ValueError(f"{name}: expected every tensor on one CUDA device, got "
+    if any(t.device != x.device for t in tensors.values()) or not _runs_on(x.device):
+        raise ValueError(f"{name}: expected every tensor on one CUDA device (or the CPU under TRITON_INTERPRET=1), got "
                          + ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
     rows, flat = x.reshape(-1, x.shape[-1]), target.reshape(-1).contiguous()
     vocab = weight.shape[0]
     # One check of every target (a sync; the chunks' kernels check none), eagerly: not traced, nor captured into a CUDA
     # graph (nothing may wait there), where a bad target's row is NaN.
-    if not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing():
+    if not torch.compiler.is_compiling() and not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
         bad = (flat != ignore_index) & ((flat < 0) | (flat >= vocab))
         if bad.any():
             row = int(bad.nonzero()[0, 0])
             raise _ops().out_of_range(name, int(flat[row]), row, vocab, ignore_index)
-    spec = _LinearSpec(ignore_index, reduction, float(label_smoothing), float(z_loss), softcap,
-                       chunk_tokens or chunk_tokens_for(vocab, x.element_size()), accumulate)
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias) if t is not None)
+    chunk = chunk_tokens or chunk_tokens_for(rows.shape[0], vocab, weight.shape[1], x.element_size(),
+                                             accumulate.itemsize if wants_grad else x.element_size())
+    spec = _LinearSpec(ignore_index, reduction, float(label_smoothing), float(z_loss), softcap, chunk, accumulate)
     loss = _linear_cross_entropy(rows, weight, bias, flat, spec)
     return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+def _runs_on(device: torch.device) -> bool:
+    """CUDA, or the CPU where the Triton kernels are interpreted (TRITON_INTERPRET=1 before they were imported)."""
+    if device.type == "cuda":
+        return True
+    _ops()
+    from triton_kernels.common import INTERPRETED
+
+    return device.type == "cpu" and INTERPRETED
 
 
 class LinearCrossEntropyLoss(torch.nn.Module):
@@ -283,32 +304,30 @@ def _logits(xc: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, o
 
 
 def _chunk_loss(logits: torch.Tensor, target: torch.Tensor, spec: _LinearSpec, reduction: str,
-                dlogits: torch.Tensor | None) -> torch.Tensor:
-    """The chunk's loss (reduced as asked, or per row), with the gradient of the chunk's loss sum written into dlogits
-    unless None: the lab's cross-entropy kernel (the traced op under torch.compile)."""
+                with_grad: bool) -> torch.Tensor:
+    """The chunk's loss (reduced as asked, or per row), with_grad its gradient (of the chunk's loss so reduced; the
+    rows' sum for none) written over the logits: the lab's cross-entropy kernel (the traced op under torch.compile)."""
     args = (spec.ignore_index, reduction, spec.label_smoothing, spec.z_loss, spec.softcap)
     if torch.compiler.is_compiling():
-        loss, grad = torch.ops.lab_triton.cross_entropy(logits, target, None, *args, dlogits is not None)
-        if dlogits is not None:
-            dlogits.copy_(grad)
-        return loss
-    return _ops().loss_and_grad(logits, target, None, *args, dlogits)
+        if with_grad:
+            return torch.ops.lab_triton.cross_entropy_(logits, target, None, *args)
+        return torch.ops.lab_triton.cross_entropy(logits, target, None, *args, False)[0]
+    return _ops().loss_and_grad(logits, target, None, *args, logits if with_grad else None)
 
 
-def _buffers(rows: torch.Tensor, weight: torch.Tensor, spec: _LinearSpec, count: int) -> list[torch.Tensor]:
-    """`count` chunk buffers of logits (chunk x V, the weight's dtype), reused by every chunk."""
-    n = min(spec.chunk, rows.shape[0])
-    return [torch.empty(n, weight.shape[0], dtype=weight.dtype, device=weight.device) for _ in range(count)]
+def _buffer(rows: torch.Tensor, weight: torch.Tensor, spec: _LinearSpec) -> torch.Tensor:
+    """The chunks' buffer of logits (chunk x V, the weight's dtype), reused by every chunk."""
+    return torch.empty(min(spec.chunk, rows.shape[0]), weight.shape[0], dtype=weight.dtype, device=weight.device)
 
 
 def _linear_loss(rows, weight, bias, target, spec: _LinearSpec) -> torch.Tensor:
     """The loss alone (no gradient): each chunk's logits, then the loss's kernel reading them once."""
-    (logits,) = _buffers(rows, weight, spec, 1)
+    logits = _buffer(rows, weight, spec)
     per_row = spec.reduction == "none"
     parts = []
     for s, e in _chunks(rows, spec):
         lc = _logits(rows[s:e], weight, bias, logits[: e - s])
-        parts.append(_chunk_loss(lc, target[s:e], spec, "none" if per_row else "sum", None))
+        parts.append(_chunk_loss(lc, target[s:e], spec, "none" if per_row else "sum", False))
     if per_row:
         return torch.cat(parts) if parts else rows.new_empty(0, dtype=torch.float32)
     total = _sum(parts, rows)
@@ -334,30 +353,48 @@ def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         total.add_(torch.mm(a, b))
 
 
+def _product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """a @ b in `dtype`: the matmul's own output where that is a's dtype or on the GPU (mm's out_dtype: float32 sums
+    of 16-bit operands, no product the size of the result besides it); on the CPU, a product in a's dtype, cast."""
+    if dtype == a.dtype:
+        return torch.mm(a, b)
+    return torch.mm(a, b, out_dtype=dtype) if a.is_cuda else torch.mm(a, b).to(dtype)
+
+
 def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool, bool, bool],
                row_scale: torch.Tensor | None = None):
-    """(the loss summed over the rows, dx, dweight, dbias) of that sum, chunk by chunk, each gradient None where
-    `needs` (x's, weight's, bias's) says it is not wanted; row_scale: each row's gradient scaled by it first
-    (reduction "none": the upstream gradient of each row's loss). dweight and dbias in spec.accumulate, dx in x's
-    dtype."""
-    logits, dlogits = _buffers(rows, weight, spec, 2)
+    """(loss, dx, dweight, dbias, reduced), chunk by chunk, each gradient None where `needs` (x's, weight's, bias's)
+    says it is not wanted; row_scale: each row's gradient scaled by it first (reduction "none": the upstream gradient
+    of each row's loss). dx in x's dtype. Over one chunk (without row_scale), the kernel reduces the loss as the spec
+    says, so that the gradients are those of the loss itself (reduced: True), and dweight and dbias come from one
+    matmul and one sum in the weight's dtype, as PyTorch's; over several, the loss is the rows' sum and the gradients
+    that sum's (the caller scales them for the mean), dweight and dbias added up in spec.accumulate."""
+    chunks = _chunks(rows, spec)
+    one = len(chunks) <= 1
+    reduced = len(chunks) == 1 and row_scale is None and spec.reduction != "none"
+    sums = weight.dtype if one else spec.accumulate
+    buffer = _buffer(rows, weight, spec)
     dx = torch.empty(rows.shape, dtype=rows.dtype, device=rows.device) if needs[0] else None  # rows contiguous
-    dweight = torch.zeros(weight.shape, dtype=spec.accumulate, device=weight.device) if needs[1] else None
-    dbias = torch.zeros(bias.shape, dtype=spec.accumulate, device=bias.device) if needs[2] else None
+    dweight = torch.zeros(weight.shape, dtype=sums, device=weight.device) if needs[1] and not chunks else None
+    dbias = torch.zeros(bias.shape, dtype=sums, device=bias.device) if needs[2] and not chunks else None
     parts = []
-    for s, e in _chunks(rows, spec):
-        xc, gc = rows[s:e], dlogits[: e - s]
-        lc = _logits(xc, weight, bias, logits[: e - s])
-        parts.append(_chunk_loss(lc, target[s:e], spec, "sum", gc))
+    for s, e in chunks:
+        xc = rows[s:e]
+        gc = _logits(xc, weight, bias, buffer[: e - s])
+        parts.append(_chunk_loss(gc, target[s:e], spec, spec.reduction if reduced else "sum", True))  # gc: dlogits
         if row_scale is not None:
             _scale_rows(gc, row_scale[s:e])
         if dx is not None:
             torch.mm(gc, weight, out=dx[s:e])
-        if dweight is not None:
-            _accumulate(dweight, gc.t(), xc)
-        if dbias is not None:
-            dbias += gc.sum(0, dtype=spec.accumulate)
-    return _sum(parts, rows), dx, dweight, dbias
+        if needs[1]:
+            if dweight is None:  # the first chunk's product makes the total
+                dweight = _product(gc.t(), xc, sums)
+            else:
+                _accumulate(dweight, gc.t(), xc)
+        if needs[2]:
+            part = gc.sum(0, dtype=sums)
+            dbias = part if dbias is None else dbias.add_(part)
+    return _sum(parts, rows), dx, dweight, dbias, reduced
 
 
 def _sum(parts: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -371,14 +408,15 @@ def _cast(g: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
 
 
 class _LinearPrecomputed(torch.autograd.Function):
-    """The mean or the sum: the forward computes the gradients of the loss sum while each chunk's logits exist, and
-    the backward scales them by the loss's gradient (over the mean's denominator) in place, once."""
+    """The mean or the sum: the forward computes the gradients while each chunk's logits exist (the loss's own over
+    one chunk, else the loss sum's), and the backward scales them by the loss's gradient (over the mean's denominator
+    where they are the sum's) in place, once."""
 
     @staticmethod
     def forward(ctx, rows, weight, bias, target, spec: _LinearSpec):
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
-        total, dx, dweight, dbias = _gradients(rows, weight, bias, target, spec, needs)
-        denominator = _denominator(target, spec) if spec.reduction == "mean" else None
+        total, dx, dweight, dbias, reduced = _gradients(rows, weight, bias, target, spec, needs)
+        denominator = _denominator(target, spec) if spec.reduction == "mean" and not reduced else None
         ctx.save_for_backward(dx, dweight, dbias, denominator)
         ctx.dtype = weight.dtype
         return total if denominator is None else total / denominator
@@ -413,5 +451,6 @@ class _LinearPerRow(torch.autograd.Function):
     def backward(ctx, grad_loss):
         rows, weight, bias, target = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
-        _, dx, dweight, dbias = _gradients(rows, weight, bias, target, ctx.spec, needs, grad_loss.float().contiguous())
+        _, dx, dweight, dbias, _ = _gradients(rows, weight, bias, target, ctx.spec, needs,
+                                              grad_loss.float().contiguous())
         return dx, _cast(dweight, weight.dtype), _cast(dbias, weight.dtype), None, None

@@ -52,21 +52,23 @@ def run(x, w, b, t, reduction: str, chunk: int, accumulate: torch.dtype, upstrea
     return loss.detach(), xs.grad, ws.grad, None if b is None else bs.grad
 
 
+@pytest.mark.parametrize("chunk", [16, 64], ids=["3 chunks", "one chunk"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("options", OPTIONS, ids=["plain", "smoothing-zloss-softcap", "ignore_index=3"])
 @pytest.mark.parametrize("dtype, accumulate", [
     (torch.float32, torch.float32), (torch.float16, torch.float32), (torch.float16, torch.float16),
 ], ids=["fp32", "fp16-sum32", "fp16-sum16"])
-def test_chunks_give_the_whole_logits_loss_and_gradients(reduction, options, dtype, accumulate):
-    """37 tokens in chunks of 16 (the last one ragged), with a bias: the loss and the gradients of x, the weight and
-    the bias as float64 autograd through the whole logits gives them (reduction none: each row's own upstream
-    gradient), for each option set, with the gradients' sums over the chunks in float32 or in float16 (float16
-    inputs held to float16's rounding of values up to a few units)."""
+def test_chunks_give_the_whole_logits_loss_and_gradients(chunk, reduction, options, dtype, accumulate):
+    """37 tokens in chunks of 16 (the last one ragged) or in one, with a bias: the loss and the gradients of x, the
+    weight and the bias as float64 autograd through the whole logits gives them (reduction none: each row's own
+    upstream gradient), for each option set, with the gradients' sums over the chunks in float32 or in float16
+    (float16 inputs held to float16's rounding of values up to a few units); one chunk reduces the loss in the kernel
+    and makes dweight by one matmul."""
     x, w, b, t = head(37, 16, 50, dtype, DEVICE)
     upstream = torch.rand(37, device=DEVICE) + 0.5 if reduction == "none" else None
     t = t.masked_fill(t == -100, options.get("ignore_index", -100))
     want = reference(x, w, b, t, reduction, upstream, **options)
-    got = run(x, w, b, t, reduction, 16, accumulate, upstream, **options)
+    got = run(x, w, b, t, reduction, chunk, accumulate, upstream, **options)
     tol = dict(rtol=2e-5, atol=2e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=2e-3)
     for name, g, r in zip(("loss", "dx", "dweight", "dbias"), got, want, strict=True):
         assert g.dtype == (torch.float32 if name == "loss" else dtype), name
@@ -138,9 +140,15 @@ def test_lab_cross_entropys_backward_runs_once_too():
 
 
 def test_the_default_chunk():
-    assert losses.chunk_tokens_for(128256, 2) == 4096
+    """Every token in one chunk where their logits take no more memory than chunking would (a chunk's 1 GiB, and
+    dweight's float32 sum with its cast back); else 1 GiB of logits a chunk, a multiple of 256."""
+    v, h = 128256, 4096
+    assert losses.chunk_tokens_for(8192, v, h, 2, 4) == 8192  # 2.1 GB of logits: less than 1 GiB + 3.2 GB
+    assert losses.chunk_tokens_for(65536, v, h, 2, 4) == 4096
+    assert losses.chunk_tokens_for(8192, v, h, 2, 2) == 4096  # sums in the weight's dtype: chunking costs nothing
+    assert losses.chunk_tokens_for(0, v, h, 2, 4) == 1
     for vocab, itemsize in ((32000, 4), (50257, 2), (151936, 2), (256000, 2), (10**7, 4)):
-        c = losses.chunk_tokens_for(vocab, itemsize)
+        c = losses.chunk_tokens_for(10**6, vocab, 64, itemsize, itemsize)
         assert c % 256 == 0 and c >= 256 and (c == 256 or c * vocab * itemsize <= losses.LOGITS_CHUNK_BYTES)
 
 
@@ -155,7 +163,8 @@ def test_the_default_chunk():
     (dict(label_smoothing=1.5), ValueError, "label_smoothing"),
     (dict(chunk_tokens=0), ValueError, "chunk_tokens must be a positive int"),
     (dict(accumulate=torch.float16), ValueError, "accumulate must be torch.float32 or the weight's dtype"),
-    (dict(), ValueError, "on one CUDA device, got x on cpu"),
+    (dict(x=torch.zeros(4, 8, device="meta")), ValueError,
+     "on one CUDA device \\(or the CPU under TRITON_INTERPRET=1\\), got x on meta"),
 ])
 def test_bad_input_is_a_clear_error(bad, error, match):
     args = dict(x=torch.zeros(4, 8), weight=torch.zeros(12, 8), target=torch.zeros(4, dtype=torch.int64),
