@@ -43,7 +43,8 @@ LONG_FLUSH_MAX_MB = 8192  # the longest flush for the host-bound check (about 2 
 # How a timing was taken, as the reports say it.
 DO_BENCH = ("median of triton.testing.do_bench's loop, L2 flushed before every call (a {mb} MB write) and reset "
             "before every stretch of calls (copies of an L2-sized buffer)")
-ROUNDS_NOTE = ", a point's variants and the copy timed in {rounds} interleaved rounds"
+ROUNDS_NOTE = (", a point's variants and its ceiling (the copy, or an operator's matmuls) timed in {rounds} "
+               "interleaved rounds")
 CUDAGRAPH = "median of CUDA graph replays (triton.testing.do_bench_cudagraph): no launch overhead, L2 not flushed"
 WALL_CLOCK = "CPU wall clock, one thread (no cache flush)"
 

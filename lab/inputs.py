@@ -18,6 +18,9 @@ class Shape:
     m: int
     n: int
     row_stride: int | None = None  # elements between row starts; None means n (contiguous)
+    k: int | None = None
+    """The inner dimension of an operator built on a matmul (linear_cross_entropy's hidden size H: its M x K inputs
+    times a N x K weight), None for the others."""
 
     @property
     def stride(self) -> int:
@@ -25,7 +28,8 @@ class Shape:
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{self.n}" + ("" if self.row_stride in (None, self.n) else f"/{self.row_stride}")
+        return (f"{self.m}x{self.n}" + ("" if self.row_stride in (None, self.n) else f"/{self.row_stride}")
+                + ("" if self.k is None else f"xK{self.k}"))
 
     @staticmethod
     def of(x: torch.Tensor) -> Shape:
@@ -35,16 +39,21 @@ class Shape:
 
     @staticmethod
     def parse(text: str) -> Shape:
-        """'4096x1000', '4096x1000/1024' (row stride 1024), or '1000' (one row: a vector)."""
-        dims, slash, stride = text.lower().partition("/")
+        """'4096x1000', '4096x1000/1024' (row stride 1024), '1000' (one row: a vector), or with an inner dimension
+        'MxNxK<k>' (linear_cross_entropy's tokens x vocabulary x hidden size: '8192x128256xK4096'), as label writes
+        them."""
+        head, has_k, inner = text.lower().partition("xk")
+        dims, slash, stride = head.partition("/")
         try:
             m, n = (int(v) for v in dims.split("x")) if "x" in dims else (1, int(dims))
             s = int(stride) if slash else None
+            k = int(inner) if has_k else None
         except ValueError:
-            raise ValueError(f"cannot read shape {text!r}: expected MxN, MxN/STRIDE or N, e.g. 4096x1000") from None
-        if m < 0 or n < 1 or (s is not None and s < n):
-            raise ValueError(f"shape {text!r}: need M >= 0, N >= 1 and STRIDE >= N")
-        return Shape(m, n, s)
+            raise ValueError(f"cannot read shape {text!r}: expected MxN, MxN/STRIDE, N or MxNxK<k>, e.g. 4096x1000"
+                             ) from None
+        if m < 0 or n < 1 or (s is not None and s < n) or (k is not None and k < 1):
+            raise ValueError(f"shape {text!r}: need M >= 0, N >= 1, STRIDE >= N and K >= 1")
+        return Shape(m, n, s, k)
 
 
 FIXED_ELEMENTS = 64 * 2**20

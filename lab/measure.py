@@ -42,12 +42,26 @@ def suite_cases(op: Operator, device: torch.device, dtype: torch.dtype, seed: in
             continue
         yield op.shape_label(shape), shape, op.make_inputs(shape, dtype, device, seed), None
     for label, case, row_labels in op.special_cases(dtype, device, seed):
-        yield label, shape_of(case[0]), case, row_labels
+        yield label, shape_of(case, op), case, row_labels
 
 
-def shape_of(x: torch.Tensor) -> inputs.Shape:
-    """The Shape of an operator's first input: (M, N, row stride), or (1, N) for a 1-D tensor."""
+def shape_of(case: tuple, op: Operator | None = None) -> inputs.Shape:
+    """The Shape of a case: the operator's case_shape where it has one, else its first input's (M, N, row stride), or
+    (1, N) for a 1-D tensor."""
+    if op is not None and op.case_shape is not None:
+        return op.case_shape(*case)
+    x = case[0]
     return inputs.Shape.of(x) if x.dim() == 2 else inputs.Shape(1, x.numel())
+
+
+OUT_OF_MEMORY = "ran out of GPU memory at this point"
+
+
+def out_of_memory(device: torch.device) -> str:
+    """The reason a variant that ran out of memory is skipped at a point (and its memory given back)."""
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    return f"{OUT_OF_MEMORY} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free beside this point's inputs)"
 
 
 def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device,
@@ -90,7 +104,7 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
     is to be timed, its kernel (else None)."""
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
-                        op=op.name)
+                        op=op.name, k=shape.k)
     failed = r.failed.get(dtype_name(dtype))
     if reason := ((failed and f"failed the correctness suite ({failed})") or v.skip_reason(shape, dtype)
                   or v.case_skip_reason(*case)):
@@ -101,7 +115,11 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
     except Unavailable as e:
         res.reason = str(e)
         return res, None
-    c = check.check(kernel, case, v.writes_out, ref, op=op)
+    try:
+        c = check.check(kernel, case, v.writes_out, ref, op=op)
+    except torch.OutOfMemoryError:  # skipped, not failed: the point is too large for it on this GPU
+        res.reason = out_of_memory(device)
+        return res, None
     res.worst_ratio, res.rel_norm = c.worst_ratio, c.rel_norm
     if not c.ok:
         res.status, res.reason = "failed", c.summary()
@@ -116,7 +134,9 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
 def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing, shape: inputs.Shape,
                   dtype: torch.dtype, copy: bench.Timing | None, device: torch.device,
                   args: argparse.Namespace) -> None:
-    """A checked Result made "ok" with its timing, its GB/s and its shares of the copy and of its model."""
+    """A checked Result made "ok" with its timing and its figures: GB/s and its shares of the copy and of its model,
+    or for an operator built on matmuls TFLOP/s and its share of the ceiling (its matmuls alone); `copy` is the
+    ceiling's timing."""
     res.timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     res.host_us, res.flush_us, res.host_bound = t.host_us, t.flush_us, t.host_bound
     res.long_flush_ms, res.long_flush_mb = t.long_flush_ms, t.long_flush_mb
@@ -124,6 +144,12 @@ def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing,
     traffic = v.traffic_for(dtype)
     res.status = "ok"
     res.median_ms, res.p20_ms, res.p80_ms = t.median_ms, t.p20_ms, t.p80_ms
+    if op.compute_bound:
+        res.tflops = op.flops(shape) / t.median_ms / 1e9
+        if copy is not None:
+            res.ceiling_ms = copy.median_ms
+            res.pct_ceiling = 100 * copy.median_ms / t.median_ms
+        return
     res.gbps = bench.gbps(nbytes, t.median_ms)
     res.model_reads, res.model_writes = traffic.reads, traffic.writes
     if copy is not None:
@@ -136,7 +162,7 @@ def record_timing(op: Operator, res: report.Result, v: Variant, t: bench.Timing,
 EMPTY_SHAPE = "an empty shape (no elements): checked, nothing to time"
 SELECTION_SHARE = 0.25
 """The selection pass's timed calls, as a share of --rep (time_point)."""
-COPY = "copy"  # the copy ceiling's name among a point's timed calls
+CEILING = "ceiling"  # the ceiling's name among a point's timed calls (the copy, or an operator's matmuls)
 
 
 def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs.Shape,
@@ -152,7 +178,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     so that the variant it routes to is not reported with the luck that won it the choice, and auto is
     timed in the same rounds as that variant."""
     dtype = case[0].dtype
-    nbytes, spec = op.bytes_moved(shape, dtype), check.output_spec(op, ref, dtype)
+    nbytes, spec = op.work(shape, dtype), check.output_spec(op, ref, dtype)
 
     def new_out():
         return spec.empty(case[0].device)
@@ -187,15 +213,33 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
                 res.reason = EMPTY_SHAPE
     calls = timed(r.variant.name for r in runnable)
     if calls:
-        src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
-        dst = torch.empty_like(src)
-        calls[COPY] = lambda: dst.copy_(src)  # the ceiling, in the same rounds
-        warm = [n for n in calls if n != COPY and checked[n][0].selection_ms is not None]  # warmed up moments ago
+        if op.ceiling is not None:
+            calls[CEILING] = op.ceiling(*case)  # the operator's matmuls alone, in the same rounds
+        else:
+            src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
+            dst = torch.empty_like(src)
+            calls[CEILING] = lambda: dst.copy_(src)  # the copy of the same bytes, in the same rounds
+        warm = [n for n in calls if n != CEILING and checked[n][0].selection_ms is not None]  # warmed up moments ago
         timings = bench.time_rounds(calls, device, args.warmup, args.rep, args.cudagraph, args.flush_mb,
                                     args.rounds, warm=warm)
         for n, t in timings.items():
-            if n != COPY:
-                record_timing(op, checked[n][0], by_name[n].variant, t, shape, dtype, timings[COPY], device, args)
+            if n != CEILING:
+                record_timing(op, checked[n][0], by_name[n].variant, t, shape, dtype, timings[CEILING], device, args)
+                if op.compute_bound and device.type == "cuda":
+                    checked[n][0].peak_mb = peak_mb(calls[n])
     return [checked[r.variant.name][0] for r in runnable]
+
+
+def peak_mb(call) -> float:
+    """The most memory one call of `call` held allocated at once above what was allocated before it (its outputs
+    included), in MB (PyTorch's caching allocator's count: what its tensors took, not what it keeps cached)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = call()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 1e6
 
 

@@ -65,7 +65,9 @@ class Variant:
     description: str
     build: Callable[[], Kernel]
     """Returns the kernel, or raises Unavailable. Called once (or once per shape, see per_shape)."""
-    traffic: Traffic | Callable[[torch.dtype], Traffic]
+    traffic: Traffic | Callable[[torch.dtype], Traffic] | None = None
+    """The modeled traffic of a variant of a memory-bound operator; None for an operator built on matmuls, whose
+    figures are FLOP/s and memory (lab/operators/__init__.py, flops)."""
     dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
     dtype_reason: str = ""
     """Why the dtypes left out of `dtypes` are, when there is more to say than "not supported"."""
@@ -98,7 +100,7 @@ class Variant:
         """Why this variant cannot take these inputs beyond their shape (its case_reason), or None."""
         return self.case_reason(*inputs) if self.case_reason is not None else None
 
-    def traffic_for(self, dtype: torch.dtype) -> Traffic:
+    def traffic_for(self, dtype: torch.dtype) -> Traffic | None:
         return self.traffic(dtype) if callable(self.traffic) else self.traffic
 
     def skip_reason(self, shape: Shape, dtype: torch.dtype, start: int = 0) -> str | None:

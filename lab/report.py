@@ -47,10 +47,24 @@ class Result:
     # rounds there, and its GB/s, from which the dispatch table is built; None where no pass ran.
     selection_ms: float | None = None
     selection_gbps: float | None = None
+    # An operator built on matmuls (Operator.flops): the inner dimension, TFLOP/s, the same-run ceiling (its
+    # matmuls alone) and this median's share of it, and the peak memory one call allocated above its inputs
+    # (outputs included), in MB; None for the others.
+    k: int | None = None
+    tflops: float | None = None
+    ceiling_ms: float | None = None
+    pct_ceiling: float | None = None
+    peak_mb: float | None = None
+
+    @property
+    def shape(self):
+        from lab.inputs import Shape
+
+        return Shape(self.m, self.n, None if self.row_stride == self.n else self.row_stride, self.k)
 
     @property
     def shape_label(self) -> str:
-        return f"{self.m}x{self.n}" + ("" if self.row_stride == self.n else f"/{self.row_stride}")
+        return self.shape.label
 
 
 def _fmt(v: float | None, spec: str = ".0f") -> str:
@@ -62,9 +76,26 @@ def _gbps(v: float | None) -> str:
     return "" if v is None or math.isnan(v) else format(v, ".0f") if v >= 100 else format(v, ".3g")
 
 
-METRICS = ("gbps", "pct_copy", "latency", "speedup", "accuracy")
-"""What a table cell can show: GB/s, percent of the copy ceiling, the median time in microseconds,
-the speed-up over the operator's baseline, the worst error as a fraction of the tolerance."""
+METRICS = ("gbps", "pct_copy", "latency", "speedup", "accuracy", "tflops", "pct_ceiling", "memory")
+"""What a table cell can show: GB/s, percent of the copy ceiling, the median time (microseconds, or milliseconds
+from 10 ms), the speed-up over the operator's baseline, the worst error as a fraction of the tolerance; for an
+operator built on matmuls, TFLOP/s, the ceiling's (its matmuls') time as a percent of the variant's, and the peak
+memory a call allocated above its inputs."""
+
+
+def metrics_for(op, chosen: list[str] | None) -> list[str]:
+    """The table metrics: those chosen on the command line, else the operator's default_metrics."""
+    return list(chosen) if chosen else list(op.default_metrics)
+
+
+def _latency(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    return f"{ms:.1f}ms" if ms >= 10 else f"{ms * 1e3:.1f}us"
+
+
+def _memory(mb: float | None) -> str:
+    return "" if mb is None else f"{mb / 1e3:.2f}GB" if mb >= 1000 else f"{mb:.0f}MB"
 
 
 def cell(r: Result, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy")) -> str:
@@ -72,9 +103,12 @@ def cell(r: Result, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy"))
         parts = {
             "gbps": _gbps(r.gbps),
             "pct_copy": f"({_fmt(r.pct_copy)}%)" if r.pct_copy is not None else "",
-            "latency": f"{_fmt(r.median_ms * 1e3 if r.median_ms is not None else None, '.1f')}us",
+            "latency": _latency(r.median_ms),
             "speedup": f"{_fmt(r.speedup_vs_torch, '.2f')}x" if r.speedup_vs_torch else "",
             "accuracy": f"{_fmt(r.worst_ratio, '.2g')} of tol",
+            "tflops": f"{_fmt(r.tflops)} TFLOP/s" if r.tflops is not None else "",
+            "pct_ceiling": f"({_fmt(r.pct_ceiling)}%)" if r.pct_ceiling is not None else "",
+            "memory": _memory(r.peak_mb),
         }
         return " ".join(parts[m] for m in metrics if parts[m])
     if r.status == "checked":  # checked, not timed: what was measured is the worst error, a share of the tolerance
@@ -90,23 +124,27 @@ def grouped(results: list[Result]) -> dict[tuple[str, str], list[Result]]:
 
 
 def table_rows(results: list[Result], label=None, metrics: tuple[str, ...] | list[str] = ("gbps", "pct_copy"),
-               ) -> tuple[list[str], list[list[str]]]:
-    """One row per shape: copy ceiling, then each variant's GB/s (percent of the copy ceiling); no copy column
-    where nothing was timed against a copy (checks only, interpreted kernels only).
+               ceiling_label: str = "copy") -> tuple[list[str], list[list[str]]]:
+    """One row per shape: the ceiling (the copy's GB/s, or the time of an operator's matmuls: ceiling_label), then
+    each variant's cell (by default GB/s and percent of the copy); no ceiling column where nothing was timed
+    against one (checks only, interpreted kernels only).
     label(Shape) names a shape (the operator's; MxN[/stride] by default)."""
-    from lab.inputs import Shape
     variants = list(dict.fromkeys(r.variant for r in results))
-    shapes = list(dict.fromkeys((r.m, r.n, r.row_stride) for r in results))
-    by_key = {(r.variant, r.m, r.n, r.row_stride): r for r in results}
+    shapes = list(dict.fromkeys(r.shape for r in results))
+    by_key = {(r.variant, r.shape): r for r in results}
     with_copy = any(r.copy_gbps for r in results)
-    header = ["shape", *(["copy GB/s"] if with_copy else []), *variants]
+    with_ceiling = any(r.ceiling_ms for r in results)
+    header = ["shape", *(["copy GB/s"] if with_copy else []), *([f"{ceiling_label}"] if with_ceiling else []),
+              *variants]
     rows = []
-    for m, n, s in shapes:
-        copy = next((r.copy_gbps for r in results if (r.m, r.n, r.row_stride) == (m, n, s) and r.copy_gbps), None)
-        shape = Shape(m, n, None if s == n else s)
+    for shape in shapes:
+        same = [r for r in results if r.shape == shape]
+        copy = next((r.copy_gbps for r in same if r.copy_gbps), None)
+        ceiling = next((r.ceiling_ms for r in same if r.ceiling_ms), None)
         text = label(shape) if label else shape.label
-        cells = (cell(by_key[(v, m, n, s)], metrics) if (v, m, n, s) in by_key else "" for v in variants)
-        rows.append([text, *([_fmt(copy)] if with_copy else []), *cells])
+        cells = (cell(by_key[(v, shape)], metrics) if (v, shape) in by_key else "" for v in variants)
+        rows.append([text, *([_fmt(copy)] if with_copy else []), *([_latency(ceiling)] if with_ceiling else []),
+                     *cells])
     return header, rows
 
 
@@ -158,21 +196,26 @@ def csv_text(results: list[Result]) -> str:
 
 
 def write_wide_csv(results: list[Result], path: Path) -> None:
-    """triton.testing.perf_report's layout: one row per (operator, sweep, dtype, shape), the copy
-    ceiling and one GB/s column per variant (empty where skipped or failed)."""
+    """triton.testing.perf_report's layout: one row per (operator, sweep, dtype, shape), the ceiling and one column
+    per variant (empty where skipped or failed): GB/s and the copy's, or for an operator built on matmuls (whose
+    results have a K) the median milliseconds and its matmuls'."""
     variants = list(dict.fromkeys(r.variant for r in results))
+    compute = any(r.k is not None for r in results)
     rows: dict[tuple, dict] = {}
     for r in results:
-        row = rows.setdefault((r.op, r.sweep, r.dtype, r.m, r.n, r.row_stride), {})
-        if r.copy_gbps:
-            row["copy"] = r.copy_gbps
-        if r.status == "ok" and r.gbps is not None:
-            row[r.variant] = r.gbps
+        row = rows.setdefault((r.op, r.sweep, r.dtype, r.m, r.n, r.row_stride, r.k), {})
+        if r.copy_gbps or r.ceiling_ms:
+            row["ceiling"] = r.ceiling_ms if compute else r.copy_gbps
+        if r.status == "ok" and (r.median_ms if compute else r.gbps) is not None:
+            row[r.variant] = r.median_ms if compute else r.gbps
+    spec = ".3f" if compute else ".1f"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["op", "sweep", "dtype", "M", "N", "row_stride", "copy GB/s", *variants])
+        w.writerow(["op", "sweep", "dtype", "M", "N", "row_stride", "K",
+                    "ceiling ms" if compute else "copy GB/s", *variants])
         for key, row in rows.items():
-            w.writerow([*key, _fmt(row.get("copy"), ".1f"), *(_fmt(row.get(v), ".1f") for v in variants)])
+            w.writerow([*key[:-1], "" if key[-1] is None else key[-1], _fmt(row.get("ceiling"), spec),
+                        *(_fmt(row.get(v), spec) for v in variants)])
 
 
 def write_json(results: list[Result], env: dict, extra: dict, path: Path) -> None:
@@ -304,14 +347,69 @@ def plot_entries(results: list[Result], path: Path, title: str, x_label: str = "
     return True
 
 
+def plot_compute(results: list[Result], path: Path, title: str, ceiling_label: str) -> bool:
+    """For an operator built on matmuls, one dtype: the median time (top) and the peak memory a call allocated above
+    its inputs (bottom) against M (the tokens), a column per (K, N) pair (a language model's head: hidden size,
+    vocabulary), one line per variant, the ceiling (its matmuls alone) dashed on the times. False (no file) where
+    matplotlib is missing or nothing was timed."""
+    timed = [r for r in results if r.status == "ok" and r.median_ms]
+    if not timed:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    heads = sorted({(r.k, r.n) for r in timed}, key=lambda kn: (kn[0] or 0, kn[1]))
+    fig, axes = plt.subplots(2, len(heads), figsize=(5.5 * len(heads), 8), squeeze=False)
+    styles = _line_styles(timed)
+    for col, (k, n) in enumerate(heads):
+        rs = [r for r in results if (r.k, r.n) == (k, n)]
+        ceiling = sorted({(r.m, r.ceiling_ms) for r in rs if r.ceiling_ms})
+        top, bottom = axes[0][col], axes[1][col]
+        if ceiling:
+            top.plot([m for m, _ in ceiling], [t for _, t in ceiling], "k--", lw=1.5, label=ceiling_label)
+        for v in dict.fromkeys(r.variant for r in rs):
+            pts = sorted((r.m, r.median_ms, r.peak_mb) for r in rs if r.variant == v and r.status == "ok"
+                         and r.median_ms)
+            if pts:
+                top.plot([m for m, _, _ in pts], [t for _, t, _ in pts], **styles[v])
+                mem = [(m, mb / 1e3) for m, _, mb in pts if mb is not None]
+                if mem:
+                    bottom.plot([m for m, _ in mem], [g for _, g in mem], **styles[v])
+        top.set_title(f"{title}: K={k}, N={n}")
+        top.set_yscale("log")
+        top.set_ylabel("ms a call (forward and backward)")
+        bottom.set_ylabel("GB: peak above the inputs")
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("M (tokens)")
+            ax.grid(True, alpha=0.3)
+    legend = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(legend.values(), legend.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
 def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
     """Per sweep of `results` (one operator's), the plots drawn into `out`: `<sweep>.png` (plot) and, where a
-    fast entry was timed, `<sweep>_entries.png` (plot_entries). Nothing where matplotlib is missing."""
+    fast entry was timed, `<sweep>_entries.png` (plot_entries); for an operator built on matmuls,
+    `<sweep>_<dtype>.png` (plot_compute) per dtype. Nothing where matplotlib is missing."""
     drawn: dict[str, list[Path]] = {}
     for sweep in dict.fromkeys(r.sweep for r in results):
         rs = [r for r in results if r.sweep == sweep]
         title = f"{op.name}, {sweep} sweep"
         files = drawn.setdefault(sweep, [])
+        if op.compute_bound:
+            for dtype in dict.fromkeys(r.dtype for r in rs):
+                path = out / f"{sweep}_{dtype}.png"
+                if plot_compute([r for r in rs if r.dtype == dtype], path, f"{title}, {dtype}", op.ceiling_label):
+                    files.append(path)
+            continue
         if plot(rs, out / f"{sweep}.png", title, op.x_label, op.bytes_formula):
             files.append(out / f"{sweep}.png")
         if plot_entries(rs, out / f"{sweep}_entries.png", title, op.x_label):

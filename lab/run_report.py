@@ -49,7 +49,12 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
     report.write_wide_csv(results, out / "results_wide.csv")
     timing = bench.method(device, args.cudagraph, args.flush_mb, args.rounds)
     together = "in the same run" if args.cudagraph and device.type == "cuda" else "in the same rounds"
-    if any(r.status == "ok" for r in results):
+    if any(r.status == "ok" for r in results) and op.compute_bound:
+        cells = (f"Each cell: the median time of a call; TFLOP/s = {op.bytes_formula} / median time; in parentheses, "
+                 f"the time of the {op.ceiling_label} as a percent of the variant's, timed the same way {together}; "
+                 "the peak memory one call allocated above its inputs (its outputs included). Timing: "
+                 f"{timing}.")
+    elif any(r.status == "ok" for r in results):
         cells = (f"GB/s = {op.bytes_formula} / median time. Timing: {timing}. In parentheses, percent of a copy of "
                  f"the same bytes (device-to-device on a GPU), timed the same way {together}.")
     else:
@@ -60,10 +65,12 @@ def save(op: Operator, results: list[report.Result], env: dict, out: Path, absen
           "## Environment", "",
           "| key | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in env.items()), ""]
     for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs, op.shape_label, args.metrics)
+        header, rows = report.table_rows(rs, op.shape_label, report.metrics_for(op, args.metrics), op.ceiling_label)
         md += [f"## {sweep} sweep, {dtype}", "", report.markdown_table(header, rows), ""]
     for sweep, files in report.sweep_plots(results, op, out).items():
         names = {f.name for f in files}
+        md += [f"![{sweep} sweep, {f.stem.removeprefix(sweep + '_')}]({f.name})" for f in files
+               if op.compute_bound] + ([""] if op.compute_bound and files else [])
         if f"{sweep}.png" in names:
             md += [f"![{sweep} sweep]({sweep}.png)", ""]
         if f"{sweep}_entries.png" in names:

@@ -77,9 +77,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "its folder name, h200), on any machine, with or without a GPU")
     p.add_argument("--resources", action="store_true",
                    help="compile the CUDA sources for sm_90 and print registers, shared memory and spills")
-    p.add_argument("--metrics", default="gbps,pct_copy", metavar="LIST",
-                   help=f"what the tables show, comma-separated, of {', '.join(report.METRICS)} "
-                        "(default gbps,pct_copy)")
+    p.add_argument("--metrics", metavar="LIST",
+                   help=f"what the tables show, comma-separated, of {', '.join(report.METRICS)} (default: the "
+                        "operator's, gbps,pct_copy for those measured in GB/s; latency,tflops,pct_ceiling,memory for "
+                        "those built on matmuls)")
     p.add_argument("--warmup", type=float, default=bench.WARMUP_MS, metavar="MS",
                    help=f"warm-up time per timed point in ms (default {bench.WARMUP_MS:g})")
     p.add_argument("--rep", type=float, default=bench.REP_MS, metavar="MS",
@@ -109,8 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.shapes = [inputs.Shape.parse(s) for s in args.shape or []]
     except ValueError as e:
         p.error(str(e))
-    args.metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    if unknown := [m for m in args.metrics if m not in report.METRICS]:
+    args.metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()] or None
+    if unknown := [m for m in args.metrics or [] if m not in report.METRICS]:
         p.error(f"--metrics: unknown {', '.join(unknown)}; choose from {', '.join(report.METRICS)}")
     if args.cudagraph and not HAS_GPU:
         p.error("--cudagraph needs a GPU (it times the replay of a captured CUDA graph)")
@@ -174,7 +175,8 @@ def run_sweeps(op: Operator, runnable: list[measure.Runnable], plan: list[tuple[
         log("\n" + wrap(f"checking (--check-only: nothing is timed): {points}; each cell is the worst error as a "
                          "share of the tolerance"))
     else:
-        log("\n" + wrap(f"checking, then timing ({timing}): {points}; GB/s = {op.bytes_formula} / time"))
+        figure = "TFLOP/s" if op.compute_bound else "GB/s"
+        log("\n" + wrap(f"checking, then timing ({timing}): {points}; {figure} = {op.bytes_formula} / time"))
     with progress_bar(total) as advance:
         sweep_points(op, runnable, plan, dtypes, device, args, results, total, advance)
 
@@ -195,7 +197,7 @@ def sweep_points(op: Operator, runnable: list[measure.Runnable], plan: list[tupl
                     p.speedup_vs_torch = base.median_ms / p.median_ms
             results += point
             del case
-            cells = "  ".join(f"{p.variant}={report.cell(p, args.metrics)}" for p in point)
+            cells = "  ".join(f"{p.variant}={report.cell(p, report.metrics_for(op, args.metrics))}" for p in point)
             took = time.perf_counter() - start
             log(wrap(f"[{k}/{total}] {sweep} {dtype_name(dtype)} {op.shape_label(shape)} ({took:.1f} s): {cells}"))
             advance(f"{sweep} {dtype_name(dtype)} {op.shape_label(shape)}")
@@ -255,7 +257,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
         log(f"\ninterrupted: the {measured} {kept}")
     if HAS_GPU:
         env.update(clocks_under_load())
-    print_tables(op, results, args.metrics)
+    print_tables(op, results, report.metrics_for(op, args.metrics))
     if summary := run_report.teaching_summary(op, results):
         ratio = run_report.summary_ratio(op)
         log("\n" + wrap(f"percent of modeled ceiling (copy x {ratio} / (reads + writes); above 100%: the L2 served "
@@ -294,7 +296,7 @@ def run_operator(op: Operator, args: argparse.Namespace, device: torch.device, e
 def print_tables(op: Operator, results: list[report.Result], metrics: list[str]) -> None:
     console = rich_console()
     for (sweep, dtype), rs in report.grouped(results).items():
-        header, rows = report.table_rows(rs, op.shape_label, metrics)
+        header, rows = report.table_rows(rs, op.shape_label, metrics, op.ceiling_label)
         timed = any(r.status == "ok" for r in rs)
         shown = ", ".join(metrics) if timed else "checked, not timed: worst error / tolerance"
         title = f"{op.name}, {sweep} sweep, {dtype}: {shown}; '-' skipped (reason below), FAIL failed"

@@ -82,7 +82,7 @@ def test_output_files_and_their_folders_are_made_before_the_run(tmp_path):
     for name in ("results.json", "results.csv", "results_wide.csv", "report.md"):
         assert (out / name).exists(), name
     wide = list(csv.reader((out / "results_wide.csv").open()))
-    assert wide[0][:7] == ["op", "sweep", "dtype", "M", "N", "row_stride", "copy GB/s"] and TORCH in wide[0]
+    assert wide[0][:8] == ["op", "sweep", "dtype", "M", "N", "row_stride", "K", "copy GB/s"] and TORCH in wide[0]
     md = (out / "report.md").read_text()
     assert "CPU wall clock" in md and "L2 flushed" not in md, "the CPU report says how it timed"
 

@@ -83,3 +83,32 @@ register(Variant(
                 "cuda.cluster where it takes the row and the options, else triton.looped (1 read each)",
     build=build_cross_entropy_loss, traffic=Traffic(1, 0),
 ))
+
+
+# --- linear_cross_entropy -------------------------------------------------------------------------------------------
+
+
+def lab_head(x, weight, target, bias, options, **chosen) -> torch.Tensor:
+    """lab.linear_cross_entropy with the options' arguments (and `chosen`: chunk_tokens, accumulate)."""
+    import lab
+
+    return lab.linear_cross_entropy(x, weight, target, bias, ignore_index=options.ignore_index,
+                                    reduction=options.reduction, label_smoothing=options.label_smoothing,
+                                    z_loss=options.z_loss, softcap=options.softcap, **chosen)
+
+
+def build_linear_cross_entropy():
+    if not torch.cuda.is_available():
+        raise Unavailable("needs a GPU (lab.linear_cross_entropy takes CUDA tensors)")
+    from lab.operators.linear_cross_entropy import train_step
+
+    return train_step(lab_head)
+
+
+register(Variant(
+    op="linear_cross_entropy", name="lab.auto", backend="lab",
+    description="lab.linear_cross_entropy and its backward: chunks of tokens (1 GiB of logits), each a matmul, the "
+                "lab's cross-entropy kernel (loss and dlogits in one pass) and the dx matmul; dW added up over the "
+                "chunks in float32 (addmm's out_dtype)",
+    build=build_linear_cross_entropy,
+))

@@ -257,3 +257,88 @@ register(Variant(
     build=build_liger_cross_entropy_loss, shape_reason=liger_cross_entropy_shape_reason,
     case_reason=liger_cross_entropy_reason,
 ))
+
+
+# --- linear_cross_entropy: the peers' fused heads, each through its own forward and backward ------------------------
+
+
+def liger_linear_reason(x, weight, target, bias, options) -> str | None:
+    """Liger's fused linear cross-entropy takes every option and a bias; its mean over no counted rows is 0 (PyTorch's
+    is NaN)."""
+    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+        return "every row ignored: Liger's mean is 0 where PyTorch's is NaN (a mean over no rows)"
+    return None
+
+
+def build_liger_linear():
+    (module,) = _import("liger-kernel", "liger_kernel.transformers.fused_linear_cross_entropy",
+                        "LigerFusedLinearCrossEntropyLoss")
+    from lab.operators.linear_cross_entropy import train_step
+
+    def liger_loss(x, weight, target, bias, options):
+        # As a user builds it: accum_dtype left at its default (dW and dbias added up over its chunks in the
+        # weight's dtype).
+        loss = module(ignore_index=options.ignore_index, lse_square_scale=options.z_loss,
+                      label_smoothing=options.label_smoothing, reduction=options.reduction, softcap=options.softcap)
+        return loss(weight, x, target, bias)
+
+    return train_step(liger_loss)
+
+
+def cce_reason(x, weight, target, bias, options) -> str | None:
+    from lab.operators.linear_cross_entropy import options_reason
+
+    return options_reason(options, bias, {"softcap", "reduction none"}, "Cut Cross-Entropy")
+
+
+def build_cce(filter_eps="high"):
+    (linear_cross_entropy,) = _import("cut-cross-entropy", "cut_cross_entropy", "linear_cross_entropy")
+    from lab.operators.linear_cross_entropy import train_step
+
+    def cce_loss(x, weight, target, bias, options):
+        return linear_cross_entropy(x, weight, target, ignore_index=options.ignore_index, softcap=options.softcap,
+                                    reduction=options.reduction, filter_eps=filter_eps)
+
+    return train_step(cce_loss)
+
+
+def quack_linear_reason(x, weight, target, bias, options) -> str | None:
+    from lab.operators.linear_cross_entropy import options_reason
+
+    return options_reason(options, bias, set(), "QuACK's chunked_linear_cross_entropy")
+
+
+def build_quack_linear():
+    (chunked,) = _import("quack-kernels", "quack.linear_cross_entropy", "chunked_linear_cross_entropy")
+    from lab.operators.linear_cross_entropy import train_step
+
+    return train_step(lambda x, weight, target, bias, options: chunked(
+        x, weight, target, ignore_index=options.ignore_index, reduction=options.reduction))
+
+
+LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="peer")
+register(Variant(
+    name="peer.liger", **LINEAR_CROSS_ENTROPY,
+    description="Liger-Kernel LigerFusedLinearCrossEntropyLoss: chunks of tokens (as many as V / K), each a matmul "
+                "and its Triton cross-entropy writing the gradient over the logits, dx and dW by matmuls in the "
+                "forward, dW added up in the weight's dtype",
+    build=build_liger_linear, case_reason=liger_linear_reason,
+))
+register(Variant(
+    name="peer.cce", **LINEAR_CROSS_ENTROPY,
+    description="Cut Cross-Entropy linear_cross_entropy: Triton kernels that fuse the matmul with the log-sum-exp "
+                "(the logits never written) and recompute them in the backward, skipping the gradient's small "
+                "entries (its default filter_eps)",
+    build=build_cce, case_reason=cce_reason,
+))
+register(Variant(
+    name="peer.cce_exact", **LINEAR_CROSS_ENTROPY,
+    description="Cut Cross-Entropy with filter_eps=None: the same kernels, no gradient entry skipped",
+    build=lambda: build_cce(filter_eps=None), case_reason=cce_reason,
+))
+register(Variant(
+    name="peer.quack", **LINEAR_CROSS_ENTROPY,
+    description="QuACK chunked_linear_cross_entropy: chunks of 4096 tokens, CuTe DSL matmuls with a cross-entropy "
+                "epilogue",
+    build=build_quack_linear, case_reason=quack_linear_reason,
+))

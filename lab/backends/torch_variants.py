@@ -211,3 +211,67 @@ register(Variant(
     build=lambda: build_compile_cross_entropy(with_grad=False), traffic=Traffic(1, 0), per_shape=True,
     **CROSS_ENTROPY_LOSS,
 ))
+
+# --- linear_cross_entropy: the head's matmul and the loss, forward and backward -------------------------------------
+
+
+def head_loss_float32(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
+                      options) -> torch.Tensor:
+    """The head's logits in the inputs' dtype (one matmul), then the loss on them upcast to float32, as language
+    models call F.cross_entropy."""
+    return cross_entropy_float32(torch.nn.functional.linear(x, weight, bias), target, options)
+
+
+def build_head_eager():
+    from lab.operators.linear_cross_entropy import train_step
+
+    return train_step(head_loss_float32)
+
+
+def build_head_compile():
+    """torch.compile of head_loss_float32 for one shape, forward and backward (AOTAutograd compiles both)."""
+    from lab.operators.linear_cross_entropy import train_step
+
+    return train_step(fresh_compile(head_loss_float32))
+
+
+def default_options_only(x, weight, target, bias, options) -> str | None:
+    from lab.operators.cross_entropy import DEFAULT
+
+    if options is not DEFAULT:
+        return ("torch.compile runs the default options (each set of options is another compile, seconds each); "
+                "torch.eager checks them all")
+    return None
+
+
+def build_head_chunked():
+    from lab import losses
+    from lab.operators.linear_cross_entropy import head_loss_and_grads
+
+    def torch_chunked(x, weight, target, bias, options):
+        loss, dx, dweight, dbias = head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32,
+                                                       losses.LOGITS_CHUNK_BYTES // x.element_size())
+        return loss.float(), dx, dweight, dbias
+
+    return torch_chunked
+
+
+LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="torch", runs_on_cpu=True)
+register(Variant(
+    name="torch.eager",
+    description="F.linear, then F.cross_entropy on the logits upcast to float32, and autograd's backward (the "
+                "baseline): the whole logits in memory, twice",
+    build=build_head_eager, **LINEAR_CROSS_ENTROPY,
+))
+register(Variant(
+    name="torch.compile",
+    description="torch.compile of the same, compiled for each shape (Inductor's forward and backward)",
+    build=build_head_compile, per_shape=True, case_reason=default_options_only, **LINEAR_CROSS_ENTROPY,
+))
+register(Variant(
+    name="torch.chunked",
+    description="PyTorch a chunk of tokens at a time (a Python loop; 1 GiB of logits a chunk): each chunk's "
+                "logits, F.cross_entropy and its autograd gradient in the inputs' dtype, dx and dW by matmuls, dW "
+                "summed in float32",
+    build=build_head_chunked, **LINEAR_CROSS_ENTROPY,
+))

@@ -136,3 +136,24 @@ register(Variant(
     build=loader("triton_kernels.cross_entropy", "cross_entropy_loss_looped"), traffic=Traffic(1, 0),
     **CROSS_ENTROPY_LOSS,
 ))
+
+
+# --- linear_cross_entropy: the seed's design, on the lab's cross-entropy kernel -----------------------------------
+
+
+def build_seed():
+    loader("triton_kernels.cross_entropy", "cross_entropy_fused")()  # Triton importable, interpreted or on a GPU
+    from lab.backends.lab_variants import lab_head
+    from lab.operators.linear_cross_entropy import train_step
+
+    return train_step(lambda x, weight, target, bias, options: lab_head(x, weight, target, bias, options,
+                                                                        accumulate=weight.dtype))
+
+
+register(Variant(
+    name="triton.seed", op="linear_cross_entropy", backend="triton", dtypes=DTYPES, dtype_reason=DTYPE_REASON,
+    runs_on_cpu=interpreted(),
+    description="the seed's design (mgmalek/efficient_cross_entropy): lab.linear_cross_entropy's chunks and kernel, "
+                "dW added up over the chunks in the weight's dtype (rounded once a chunk: it drifts with the chunks)",
+    build=build_seed,
+))

@@ -66,6 +66,30 @@ class Operator:
     precision, the bar the Cut Cross-Entropy and QuACK test suites use."""
     shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
     x_label: str = "N (row length)"
+    flops: Callable[[Shape], int] | None = None
+    """flops(shape): the floating-point operations of the operator's matmuls, for an operator built on matmuls
+    (linear_cross_entropy). Such an operator is compute-bound: its figures are TFLOP/s = flops / time, the time of
+    `ceiling` (its matmuls alone, timed in the same rounds) as a share of the variant's, and the peak memory a call
+    allocates; not GB/s against a copy. None: a memory-bound operator (bytes_moved, the copy)."""
+    ceiling: Callable[..., Callable[[], object]] | None = None
+    """ceiling(*inputs) -> the call an operator with flops is measured against in the same rounds: its matmuls alone
+    on the point's inputs, what no variant that makes the whole product can beat."""
+    ceiling_label: str = "copy"
+    """The ceiling's name in tables and plots: the copy, or what `ceiling` times."""
+    case_shape: Callable[..., Shape] | None = None
+    """case_shape(*inputs) -> the point's Shape, where it is not its first input's (M x N): linear_cross_entropy's
+    (tokens, vocabulary, hidden size)."""
+    default_metrics: tuple[str, ...] = ("gbps", "pct_copy")
+    """What the tables show unless --metrics says otherwise (lab/report.py, METRICS)."""
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.flops is not None
+
+    def work(self, shape: Shape, dtype: torch.dtype) -> int:
+        """What a point's figure counts: its matmuls' FLOP (compute-bound), else the bytes it must move; 0 for an
+        empty point (nothing to time)."""
+        return self.flops(shape) if self.flops is not None else self.bytes_moved(shape, dtype)
 
     def tolerances_for(self, device: torch.device | str) -> dict[torch.dtype, Tolerance]:
         cpu = torch.device(device).type == "cpu"
