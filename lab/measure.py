@@ -91,6 +91,8 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
             if failures:
                 r.failed[name] = failures[0]
                 log(f"  FAIL {v.name:<20} {name:<9} {len(failures)}/{count} cases; first: {failures[0]}")
+                if len(failures) > 1:
+                    log(wrap(f"       also failed: {'; '.join(f.split(': ')[0] for f in failures[1:])}", 7))
             elif count:
                 log(f"  ok   {v.name:<20} {name:<9} {count} cases, worst {worst:.2g} of tolerance "
                     f"({time.perf_counter() - start:.1f} s)")

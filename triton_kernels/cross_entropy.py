@@ -237,10 +237,11 @@ def cuda_longest(dtype: torch.dtype, aligned: bool, device: int) -> int:
 def cuda_takes(logits: torch.Tensor, dx: torch.Tensor | None, smoothing: float, z_loss: float,
                softcap: float | None) -> bool:
     """Whether the lab's entry runs the CUDA cluster kernel (csrc/cross_entropy/cluster.cu): rows longer than the
-    fused kernel holds and that the CUDA kernel takes, dlogits written beside the logits (rows_like) or not at all
+    fused kernel holds and that the CUDA kernel takes, dlogits written beside the logits (rows_like), over them (in
+    place: the kernel holds each CTA's slice of a row in registers before any of the row is written) or not at all
     (dx None: the loss alone), the options it takes, the extension built with it, a Hopper GPU or newer."""
     vocab = logits.shape[1]
-    if (vocab <= FUSED_MAX_V or dx is logits or smoothing or z_loss or softcap is not None
+    if (vocab <= FUSED_MAX_V or smoothing or z_loss or softcap is not None
             or logits.device.type != "cuda" or (dx is not None and not rows_match(logits, dx))):
         return False
     return vocab <= cuda_longest(logits.dtype, rows_aligned(logits), logits.device.index or 0)

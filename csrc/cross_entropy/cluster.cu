@@ -19,7 +19,8 @@
 // shifted tables' first streaming entry), cross_entropy_cluster_max_cols, which
 // torch.ops.lab.cross_entropy_cluster_max_cols tells Python; rows
 // whose dlogits are not as far past a 16-byte boundary as the logits' are refused (cudaErrorInvalidValue), as are
-// longer rows. Any rows (64-bit offsets), any row strides. Options: ignore_index, the reductions (through c) and
+// longer rows. Any rows (64-bit offsets), any row strides. dlogits may be the logits themselves (in place): the resident
+// path loads each CTA's slice of a row into registers before the cluster's exchange, and writes it after. Options: ignore_index, the reductions (through c) and
 // class weights; label smoothing, z-loss and soft-capping are the Triton kernel's. sm_90 or newer.
 // Why softmax's kernel and tables: they move the same bytes per row, and the kernel with the loss's write ran at
 // the softmax kernel's speed (4096 x 32000 to 256000 bfloat16 on an H100: 97-99% of a copy alone, 91-98% through

@@ -316,7 +316,11 @@ def build_quack_linear():
         x, weight, target, ignore_index=options.ignore_index, reduction=options.reduction))
 
 
-LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="peer")
+def no_tokens_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    return "no tokens: it divides by the batch's size (ZeroDivisionError on an empty batch)" if shape.m == 0 else None
+
+
+LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="peer", shape_reason=no_tokens_reason)
 register(Variant(
     name="peer.liger", **LINEAR_CROSS_ENTROPY,
     description="Liger-Kernel LigerFusedLinearCrossEntropyLoss: chunks of tokens (as many as V / K), each a matmul "

@@ -229,7 +229,12 @@ def flops(shape: Shape) -> int:
 
 def ceiling(x, weight, target, bias=None, options=DEFAULT):
     """The three matmuls alone on the point's inputs (the logits standing in for their gradient): the logits, dx,
-    dweight, a chunk of tokens at a time past CEILING_CHUNK_BYTES of logits (dweight added up in its dtype)."""
+    dweight, a chunk of tokens at a time past CEILING_CHUNK_BYTES of logits (dweight added up in its dtype), the
+    vocabulary padded to whole 16-byte rows of logits beforehand (lab.losses.ROW_BYTES: the layout they run fastest
+    in; an odd vocabulary's rows, unpadded, take them off the tensor cores' aligned path)."""
+    from lab.losses import pad_vocabulary
+
+    weight, _ = pad_vocabulary(weight, None)
     m, n = x.shape[0], weight.shape[0]
     chunks = _chunks(m, n, CEILING_CHUNK_BYTES // x.element_size())
 
