@@ -59,3 +59,41 @@ def test_redraw_a_saved_run(tmp_path, capsys):
     assert capsys.readouterr().out.count("wrote ") == 4
     with pytest.raises(SystemExit, match="does not exist"):
         report.main([str(tmp_path / "missing.json")])
+
+
+def head_record(variant, backend, m, ms, ceiling_ms, peak_mb, k=4096, n=128256):
+    return Result(sweep="heads", variant=variant, backend=backend, dtype="bfloat16", m=m, n=n, row_stride=n,
+                  status="ok", median_ms=ms, op="linear_cross_entropy", k=k, tflops=6 * m * n * k / ms / 1e9,
+                  ceiling_ms=ceiling_ms, pct_ceiling=100 * ceiling_ms / ms, peak_mb=peak_mb)
+
+
+HEADS_RUN = [head_record(v, b, m, ms * m / 4096, 18.0 * m / 4096, mb) for m in (4096, 8192)
+             for v, b, ms, mb in (("torch.compile", "torch", 19.2, 2130), ("lab.auto", "lab", 19.3, 2130))]
+
+
+def test_an_operator_built_on_matmuls_is_tabled_by_time_share_of_its_matmuls_and_memory():
+    """Its table: the ceiling's time in its own column (no copy's GB/s), each cell the median, the ceiling's share
+    and the peak memory; the shape labelled with its inner dimension, and the wide CSV in milliseconds with K."""
+    from lab.operators import get
+
+    op = get("linear_cross_entropy")
+    header, rows = report.table_rows(HEADS_RUN, op.shape_label, report.metrics_for(op, None), op.ceiling_label)
+    assert header == ["shape", "3 matmuls", "torch.compile", "lab.auto"]
+    assert rows[0] == ["M=4096 K=4096 N=128256", "18.0ms", "19.2ms (94%) 2.13GB", "19.3ms (93%) 2.13GB"]
+    assert report.metrics_for(op, ["tflops"]) == ["tflops"] and "TFLOP/s" in report.cell(HEADS_RUN[0], ["tflops"])
+
+
+def test_the_wide_csv_of_an_operator_built_on_matmuls_is_in_milliseconds(tmp_path):
+    import csv
+
+    report.write_wide_csv(HEADS_RUN, tmp_path / "wide.csv")
+    rows = list(csv.reader((tmp_path / "wide.csv").open()))
+    assert rows[0] == ["op", "sweep", "dtype", "M", "N", "row_stride", "K", "ceiling ms", "torch.compile", "lab.auto"]
+    assert rows[1][3:] == ["4096", "128256", "128256", "4096", "18.000", "19.200", "19.300"]
+
+
+def test_an_operator_built_on_matmuls_is_drawn_as_time_and_memory_against_the_tokens(tmp_path):
+    from lab.operators import get
+
+    drawn = report.sweep_plots(HEADS_RUN, get("linear_cross_entropy"), tmp_path)
+    assert drawn == {"heads": [tmp_path / "heads_bfloat16.png"]} and (tmp_path / "heads_bfloat16.png").stat().st_size

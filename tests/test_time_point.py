@@ -98,3 +98,29 @@ def test_the_variants_write_to_one_block_on_a_gpu():
         addresses[v.name] = y.data_ptr()
         del y
     assert len(addresses) > 2 and len(set(addresses.values())) == 1, addresses
+
+
+def test_an_operator_built_on_matmuls_is_timed_against_its_matmuls(monkeypatch):
+    """linear_cross_entropy's point: its variants timed with its three matmuls (the ceiling) in the same rounds, in
+    TFLOP/s and the ceiling's share of their time, no GB/s; a variant that runs out of GPU memory is skipped with the
+    reason, not failed."""
+    from lab.operators import get
+
+    op = get("linear_cross_entropy")
+    shape = inputs.Shape(32, 96, None, 24)
+    case = op.make_inputs(shape, torch.float32, torch.device("cpu"), 0)
+    eager = measure.Runnable(next(v for v in variants(op.name) if v.name == op.baseline))
+
+    def out_of_memory(*inputs):
+        raise torch.OutOfMemoryError("CUDA out of memory (a stand-in)")
+
+    big = measure.Runnable(Variant(op=op.name, name="torch.too_big", backend="torch", description="",
+                                   build=lambda: out_of_memory, runs_on_cpu=True))
+    monkeypatch.setattr(measure, "out_of_memory", lambda device: measure.OUT_OF_MEMORY)  # no GPU to ask what is free
+    point = measure.time_point(op, [eager, big], "cpu", shape, case, op.reference(*case), torch.device("cpu"), ARGS,
+                               [])
+    r = point[0]
+    assert r.status == "ok" and r.gbps is None and r.copy_gbps is None and r.k == 24
+    assert r.tflops == pytest.approx(op.flops(shape) / r.median_ms / 1e9) and r.ceiling_ms > 0
+    assert r.pct_ceiling == pytest.approx(100 * r.ceiling_ms / r.median_ms)
+    assert point[1].status == "skipped" and point[1].reason.startswith(measure.OUT_OF_MEMORY)
