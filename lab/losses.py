@@ -228,19 +228,43 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, target: torch.Te
                          + ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
     rows, flat = x.reshape(-1, x.shape[-1]), target.reshape(-1).contiguous()
     vocab = weight.shape[0]
-    # One check of every target (a sync; the chunks' kernels check none), eagerly: not traced, nor captured into a CUDA
-    # graph (nothing may wait there), where a bad target's row is NaN.
-    if not torch.compiler.is_compiling() and not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-        bad = (flat != ignore_index) & ((flat < 0) | (flat >= vocab))
-        if bad.any():
-            row = int(bad.nonzero()[0, 0])
-            raise _ops().out_of_range(name, int(flat[row]), row, vocab, ignore_index)
+    # One check of every target (the chunks' kernels check none), eagerly: not traced, nor captured into a CUDA graph
+    # (nothing may wait there), where a bad target's row is NaN.
+    checking = not torch.compiler.is_compiling() and not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+    first_bad = _first_bad_target(flat, vocab, ignore_index) if checking else None
     wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias) if t is not None)
     chunk = chunk_tokens or chunk_tokens_for(rows.shape[0], vocab, weight.shape[1], x.element_size(),
                                              accumulate.itemsize if wants_grad else x.element_size())
     spec = _LinearSpec(ignore_index, reduction, float(label_smoothing), float(z_loss), softcap, chunk, accumulate)
     loss = _linear_cross_entropy(rows, weight, bias, flat, spec)
+    if first_bad is not None and (row := first_bad()) < flat.numel():
+        raise _ops().out_of_range(name, int(flat[row]), row, vocab, ignore_index)
     return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+def _first_bad_target(flat: torch.Tensor, vocab: int, ignore_index: int):
+    """Starts the check of every target on the device and returns a function that waits for it and gives the first
+    row whose target is neither ignore_index nor in [0, vocab), or len(flat) where none is. On a GPU the answer comes
+    to pinned host memory behind an event, so that the wait, after the loss's work is launched, is for the check
+    alone and the GPU is never idle for it (a wait before the work left a 1024 x 256000 x 2304 call's GPU idle for
+    1 ms); the rows whose targets are out of range meanwhile get a NaN loss and gradient from the kernels."""
+    n = flat.numel()
+    rows = torch.arange(n, device=flat.device)
+    first = torch.where((flat != ignore_index) & ((flat < 0) | (flat >= vocab)), rows, n).amin() if n else None
+    if first is None:
+        return lambda: 0
+    if not flat.is_cuda:
+        return lambda: int(first)
+    answer = torch.empty((), dtype=torch.int64, pin_memory=True)
+    answer.copy_(first, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+
+    def wait() -> int:
+        done.synchronize()
+        return int(answer)
+
+    return wait
 
 
 def _runs_on(device: torch.device) -> bool:
@@ -383,16 +407,19 @@ def _product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tens
 
 def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool, bool, bool],
                row_scale: torch.Tensor | None = None):
-    """(loss, dx, dweight, dbias, reduced), chunk by chunk, each gradient None where `needs` (x's, weight's, bias's)
-    says it is not wanted; row_scale: each row's gradient scaled by it first (reduction "none": the upstream gradient
-    of each row's loss). dx in x's dtype. Over one chunk (without row_scale), the kernel reduces the loss as the spec
-    says, so that the gradients are those of the loss itself (reduced: True), and dweight and dbias come from one
-    matmul and one sum in the weight's dtype, as PyTorch's; over several, the loss is the rows' sum and the gradients
-    that sum's (the caller scales them for the mean), dweight and dbias added up in spec.accumulate."""
+    """(loss, dx, dweight, dbias): the loss as the spec reduces it and its gradients in x's and the weight's dtypes,
+    chunk by chunk, each gradient None where `needs` (x's, weight's, bias's) says it is not wanted; row_scale: each
+    row's gradient scaled by it first (reduction "none": the upstream gradient of each row's loss, whose sum the
+    gradients are then of). Over one chunk (without row_scale) the kernel reduces the loss itself, so that its
+    gradient is the loss's, and dweight and dbias come from one matmul and one sum in the weight's dtype, as PyTorch's.
+    Over several, the kernel gives each chunk's loss sum and its gradient; dx of a chunk is that gradient's product
+    times the mean's factor (1 / the counted rows; 0 where none is), rounded once, and dweight and dbias are added up
+    in spec.accumulate and rounded once at the end, times that factor."""
     chunks = _chunks(rows, spec)
-    one = len(chunks) <= 1
-    reduced = len(chunks) == 1 and row_scale is None and spec.reduction != "none"
-    sums = weight.dtype if one else spec.accumulate
+    in_kernel = len(chunks) == 1 and row_scale is None and spec.reduction != "none"
+    sums = weight.dtype if len(chunks) <= 1 else spec.accumulate
+    denominator = _denominator(target, spec) if spec.reduction == "mean" and not in_kernel else None
+    factor = None if denominator is None else torch.where(denominator > 0, 1.0 / denominator, 0.0)
     vocab = weight.shape[0]
     weight, bias = pad_vocabulary(weight, bias)  # the products below run over whole rows, their zero columns included
     buffer = _buffer(rows, weight, spec)
@@ -404,11 +431,14 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
         xc = rows[s:e]
         gc = _logits(xc, weight, bias, buffer[: e - s])
         loss_rows = gc[:, :vocab]  # the kernel writes their gradient over them: gc is then dlogits
-        parts.append(_chunk_loss(loss_rows, target[s:e], spec, spec.reduction if reduced else "sum", True))
+        parts.append(_chunk_loss(loss_rows, target[s:e], spec, spec.reduction if in_kernel else "sum", True))
         if row_scale is not None:
             _scale_rows(loss_rows, row_scale[s:e])
         if dx is not None:
-            torch.mm(gc, weight, out=dx[s:e])
+            if factor is None:
+                torch.mm(gc, weight, out=dx[s:e])
+            else:
+                _rounded(_product(gc, weight, torch.float32), factor, out=dx[s:e])
         if needs[1]:
             if dweight is None:  # the first chunk's product makes the total
                 dweight = _product(gc.t(), xc, sums)
@@ -417,8 +447,24 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
         if needs[2]:
             part = gc.sum(0, dtype=sums)
             dbias = part if dbias is None else dbias.add_(part)
-    dweight, dbias = (None if g is None else g[:vocab] for g in (dweight, dbias))
-    return _sum(parts, rows), dx, dweight, dbias, reduced
+    dweight, dbias = (None if g is None else _rounded(g[:vocab], factor, dtype=weight.dtype) for g in (dweight, dbias))
+    total = _sum(parts, rows)
+    return (total if denominator is None else total / denominator), dx, dweight, dbias
+
+
+def _rounded(g: torch.Tensor, factor: torch.Tensor | None, dtype: torch.dtype | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """g times factor (None: 1), rounded once to dtype or into `out`: g itself where nothing changes; eagerly one
+    pass (a multiply into the result), traced the compiler's to fuse."""
+    dtype = out.dtype if out is not None else dtype
+    if factor is None and g.dtype == dtype and out is None:
+        return g
+    if torch.compiler.is_compiling():
+        scaled = g if factor is None else g * factor
+        return scaled.to(dtype) if out is None else out.copy_(scaled)
+    if out is None:
+        out = torch.empty(g.shape, dtype=dtype, device=g.device)
+    return out.copy_(g) if factor is None else torch.mul(g, factor, out=out)
 
 
 def _sum(parts: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -427,38 +473,29 @@ def _sum(parts: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     return torch.stack(parts).sum() if parts else rows.new_zeros((), dtype=torch.float32)
 
 
-def _cast(g: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    return None if g is None else g.to(dtype)
-
-
 class _LinearPrecomputed(torch.autograd.Function):
-    """The mean or the sum: the forward computes the gradients while each chunk's logits exist (the loss's own over
-    one chunk, else the loss sum's), and the backward scales them by the loss's gradient (over the mean's denominator
-    where they are the sum's) in place, once."""
+    """The mean or the sum: the forward computes the loss's gradients while each chunk's logits exist, and the
+    backward scales them by the loss's gradient, in place (not at all where it is 1: a loss at the end of the graph),
+    once."""
 
     @staticmethod
     def forward(ctx, rows, weight, bias, target, spec: _LinearSpec):
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
-        total, dx, dweight, dbias, reduced = _gradients(rows, weight, bias, target, spec, needs)
-        denominator = _denominator(target, spec) if spec.reduction == "mean" and not reduced else None
-        ctx.save_for_backward(dx, dweight, dbias, denominator)
-        ctx.dtype = weight.dtype
-        return total if denominator is None else total / denominator
+        loss, dx, dweight, dbias = _gradients(rows, weight, bias, target, spec, needs)
+        ctx.save_for_backward(dx, dweight, dbias)
+        return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        dx, dweight, dbias, denominator = ctx.saved_tensors
+        grads = ctx.saved_tensors
         scale = grad_loss.float()
-        if denominator is not None:  # no counted row: the mean is NaN and its gradient 0, as PyTorch's
-            scale = torch.where(denominator > 0, scale / denominator, 0.0)
-        if torch.compiler.is_compiling():  # traced: scaled copies, which the compiler plans (and fuses with the casts)
-            return (None if dx is None else dx * scale, _cast(None if dweight is None else dweight * scale, ctx.dtype),
-                    _cast(None if dbias is None else dbias * scale, ctx.dtype), None, None)
+        if torch.compiler.is_compiling():  # traced: scaled copies, which the compiler plans
+            return (*(None if g is None else (g * scale).to(g.dtype) for g in grads), None, None)
         _once(ctx, "lab.linear_cross_entropy")
-        for g in (dx, dweight, dbias):
+        for g in grads:
             if g is not None and g.numel():
                 _scale_rows(g if g.dim() == 2 else g.view(1, -1), scale)
-        return dx, _cast(dweight, ctx.dtype), _cast(dbias, ctx.dtype), None, None
+        return (*grads, None, None)
 
 
 class _LinearPerRow(torch.autograd.Function):
@@ -475,6 +512,5 @@ class _LinearPerRow(torch.autograd.Function):
     def backward(ctx, grad_loss):
         rows, weight, bias, target = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
-        _, dx, dweight, dbias, _ = _gradients(rows, weight, bias, target, ctx.spec, needs,
-                                              grad_loss.float().contiguous())
-        return dx, _cast(dweight, weight.dtype), _cast(dbias, weight.dtype), None, None
+        _, dx, dweight, dbias = _gradients(rows, weight, bias, target, ctx.spec, needs, grad_loss.float().contiguous())
+        return dx, dweight, dbias, None, None

@@ -164,6 +164,29 @@ if "cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab,
     print(f"cross_entropy_loss cuda.cluster: ran {ran} shape and dtype cases", flush=True)
 
 
+# lab.cross_entropy in place (dlogits written over the logits) on the cluster kernel's contiguous cases, and its
+# backward's scale_rows with one scale for every row: 1 (each block returns at once) and 0.5.
+if "cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab, "cross_entropy_cluster"):
+    import lab
+
+    op = operators.get("cross_entropy")
+    variant = registry.get("cross_entropy", "cuda.cluster")
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in (s for s in CASES["cross_entropy"] if variant.skip_reason(s, dtype) is None and s.stride == s.n):
+            logits, target, options = op.make_inputs(shape, dtype, "cpu", 0)
+            _, ref = op.reference(logits, target, options)
+            _, scale = op.error_scale(logits, target, options)
+            for upstream in (1.0, 0.5):
+                x = to_gpu(logits).requires_grad_()
+                (lab.cross_entropy(x * 1, to_gpu(target), inplace=True) * upstream).backward()
+                res = check.compare(x.grad.cpu(), ref * upstream, dtype, None, {dtype: op.tolerances[dtype]},
+                                    scale * upstream)
+                assert res.ok, ("lab.cross_entropy in place", shape, dtype, upstream, res.summary())
+                ran += 1
+    print(f"cross_entropy lab.cross_entropy in place: ran {ran} shape, dtype and upstream cases", flush=True)
+
+
 # register_cached's PEELED kernels (ragged rows: off 16-byte boundaries, or N not a multiple of a pack), which its
 # variant takes on the shapes above only where they are odd: odd N on both sides of every power of two up to its
 # limit (2^k + 1 on the entry of 2^k), 197 and 209 (the 208 entry's), and 2^k + 6 (heads and tails of 6 elements),

@@ -227,12 +227,16 @@ def test_a_strided_target_is_read_as_its_values():
     torch.testing.assert_close(lab.cross_entropy(logits, strided), lab.cross_entropy(logits, t))
 
 
-@pytest.mark.gpu
-def test_a_bad_target_is_a_clear_error():
-    x, w, b, t = head(8, 16, 40, torch.float32, "cuda", seed=6)
-    t[5] = 40
+@pytest.mark.parametrize("device", [pytest.param(DEVICE, id="here"),
+                                    pytest.param("cuda", marks=pytest.mark.gpu, id="gpu")])
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "evaluation"])
+def test_a_bad_target_is_a_clear_error(device, grad):
+    """The first target out of range, by row, named (the check runs beside the loss's work, and is waited for after
+    it is launched), with and without gradients."""
+    x, w, b, t = head(8, 16, 40, torch.float32, device, seed=6)
+    t[5], t[7] = 40, -3
     with pytest.raises(ValueError, match="lab.linear_cross_entropy: a target is out of range \\(40, row 5\\)"):
-        lab.linear_cross_entropy(x, w, t, b)
+        lab.linear_cross_entropy(x.requires_grad_(grad), w, t, b)
 
 
 @pytest.mark.gpu

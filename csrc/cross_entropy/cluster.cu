@@ -199,14 +199,18 @@ __global__ void __launch_bounds__(THREADS) reduce_kernel(CrossEntropyReduceArgs 
 // scale_rows: the backward of lab.cross_entropy, dlogits scaled in place by the loss's gradient, row by row: g_i *=
 // s_i, s one float32 (a mean's or a sum's gradient, stride 0) or one per row (reduction none). A row whose s is 1 (a
 // loss at the end of the graph) is neither read nor written: the common backward is a launch and a load per row. A
-// block per row, 16-byte packs where the row starts on a boundary and holds whole packs, else element by element.
+// block per row, 16-byte packs where the row starts on a boundary and holds whole packs, else element by element;
+// one scale for every row: at most kScalarScaleBlocks blocks over the rows, each returning at once where it is 1 (a
+// block per row of a 256000 x 2304 dweight took 0.13 ms to read its 1 256000 times).
 // (A Triton launch of the same from the autograd thread cost about 0.8 ms of host time a call on an H100.)
 constexpr int kScaleThreads = 256;
+constexpr int64_t kScalarScaleBlocks = 1024;
 
 template <typename T>
 __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(T* __restrict__ g, const float* __restrict__ scale,
                                                               int64_t rows, int cols, int64_t g_stride,
                                                               int64_t scale_stride) {
+  if (scale_stride == 0 && scale[0] == 1.0f) return;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float s = scale[row * scale_stride];
     if (s == 1.0f) continue;
@@ -298,7 +302,8 @@ cudaError_t cross_entropy_reduce(const CrossEntropyReduceArgs& a, cudaStream_t s
 cudaError_t cross_entropy_scale_rows(const ScaleRowsArgs& a, cudaStream_t stream) {
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scale_rows_kernel<T><<<row_grid(a.rows), kScaleThreads, 0, stream>>>(static_cast<T*>(a.g), a.scale, a.rows,
+    const int64_t blocks = a.scale_stride == 0 ? std::min(a.rows, kScalarScaleBlocks) : a.rows;
+    scale_rows_kernel<T><<<row_grid(blocks), kScaleThreads, 0, stream>>>(static_cast<T*>(a.g), a.scale, a.rows,
                                                                      static_cast<int>(a.cols), a.g_row_stride,
                                                                      a.scale_stride);
     return cudaGetLastError();
