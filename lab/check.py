@@ -207,8 +207,9 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
                for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):
         framework = as_tuple(op.framework_result(*inputs))
+        floors = scales if op.framework_floor_from_scale else (None,) * len(refs)
         bounds = [framework_bound(y_i, f_i, r_i, tolerances[h_i], s_i)
-                  for y_i, f_i, r_i, h_i, s_i in zip(ys, framework, refs, held_to, scales, strict=True)]
+                  for y_i, f_i, r_i, h_i, s_i in zip(ys, framework, refs, held_to, floors, strict=True)]
         # The comparison's norm error stays the result's; its worst share is of whichever bar is nearer.
         results = [CheckResult(b.ok, max(r.worst_ratio, b.worst_ratio), r.rel_norm, b.message)
                    for r, b in zip(results, bounds, strict=True)]

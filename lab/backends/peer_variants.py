@@ -288,6 +288,8 @@ def build_liger_linear():
 def cce_reason(x, weight, target, bias, options) -> str | None:
     from lab.operators.linear_cross_entropy import options_reason
 
+    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+        return "every row ignored: Cut Cross-Entropy's mean divides by the counted rows (ZeroDivisionError)"
     return options_reason(options, bias, {"softcap", "reduction none"}, "Cut Cross-Entropy")
 
 

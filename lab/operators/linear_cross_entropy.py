@@ -291,6 +291,10 @@ LINEAR_CROSS_ENTROPY = register_operator(Operator(
     cpu_edge_max_n=1024,
     error_scale=error_scale,
     framework_result=framework_result,
+    # dweight's error_scale sums |dlogits| |x| over the tokens, up to sqrt(M) times dweight's size where they cancel:
+    # a floor of atol_rel times it (1/4 of dweight's largest value at 65536 tokens) let a dweight summed in bfloat16
+    # over 16 chunks pass the 2x bar.
+    framework_floor_from_scale=False,
     output_dtypes=lambda dtype: (torch.float32, dtype, dtype, dtype),
     checked_as=lambda dtype: (dtype, dtype, dtype, dtype),
     output_names=("loss", "dx", "dweight", "dbias"),
