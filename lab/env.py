@@ -94,6 +94,7 @@ def environment() -> dict:
         "quack-kernels": version("quack-kernels"),
         "nvidia-cutlass-dsl": version("nvidia-cutlass-dsl-libs-base"),
         "liger-kernel": version("liger-kernel"),
+        "cut-cross-entropy": version("cut-cross-entropy"),
         **gpu_record(),
     }
 

@@ -285,6 +285,13 @@ def build_liger_linear():
     return train_step(liger_loss)
 
 
+def cce_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    if shape.n == 1:
+        return ("a vocabulary of one class: Cut Cross-Entropy's bfloat16 loss came out 0.005 where it is exactly 0 "
+                "(H100)")
+    return no_tokens_reason(shape, dtype)
+
+
 def cce_reason(x, weight, target, bias, options) -> str | None:
     from lab.operators.linear_cross_entropy import options_reason
 
@@ -322,29 +329,29 @@ def no_tokens_reason(shape: Shape, dtype: torch.dtype) -> str | None:
     return "no tokens: it divides by the batch's size (ZeroDivisionError on an empty batch)" if shape.m == 0 else None
 
 
-LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="peer", shape_reason=no_tokens_reason)
+LINEAR_CROSS_ENTROPY = dict(op="linear_cross_entropy", backend="peer")
 register(Variant(
     name="peer.liger", **LINEAR_CROSS_ENTROPY,
     description="Liger-Kernel LigerFusedLinearCrossEntropyLoss: chunks of tokens (as many as V / K), each a matmul "
                 "and its Triton cross-entropy writing the gradient over the logits, dx and dW by matmuls in the "
                 "forward, dW added up in the weight's dtype",
-    build=build_liger_linear, case_reason=liger_linear_reason,
+    build=build_liger_linear, case_reason=liger_linear_reason, shape_reason=no_tokens_reason,
 ))
 register(Variant(
     name="peer.cce", **LINEAR_CROSS_ENTROPY,
     description="Cut Cross-Entropy linear_cross_entropy: Triton kernels that fuse the matmul with the log-sum-exp "
                 "(the logits never written) and recompute them in the backward, skipping the gradient's small "
                 "entries (its default filter_eps)",
-    build=build_cce, case_reason=cce_reason,
+    build=build_cce, case_reason=cce_reason, shape_reason=cce_shape_reason,
 ))
 register(Variant(
     name="peer.cce_exact", **LINEAR_CROSS_ENTROPY,
     description="Cut Cross-Entropy with filter_eps=None: the same kernels, no gradient entry skipped",
-    build=lambda: build_cce(filter_eps=None), case_reason=cce_reason,
+    build=lambda: build_cce(filter_eps=None), case_reason=cce_reason, shape_reason=cce_shape_reason,
 ))
 register(Variant(
     name="peer.quack", **LINEAR_CROSS_ENTROPY,
     description="QuACK chunked_linear_cross_entropy: chunks of 4096 tokens, CuTe DSL matmuls with a cross-entropy "
                 "epilogue",
-    build=build_quack_linear, case_reason=quack_linear_reason,
+    build=build_quack_linear, case_reason=quack_linear_reason, shape_reason=no_tokens_reason,
 ))
