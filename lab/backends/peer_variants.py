@@ -171,10 +171,15 @@ def build_quack_cross_entropy() -> Kernel:
     return quack_cross_entropy
 
 
+def mean_of_nothing(target, options) -> bool:
+    """A mean over no counted rows (every target ignored), which PyTorch gives as NaN and some peers do not."""
+    return options.reduction == "mean" and target.numel() > 0 and bool((target == options.ignore_index).all())
+
+
 def liger_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, options) -> str | None:
     """Two conventions of Liger's that differ from PyTorch's: a mean over no counted rows is 0 (PyTorch: NaN), and a
     weighted mean's z-loss is divided by the counted rows (not by the class weights' sum)."""
-    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+    if mean_of_nothing(target, options):
         return "every row ignored: Liger's mean is 0 where PyTorch's is NaN (a mean over no rows)"
     if options.weight is not None and options.z_loss and options.reduction == "mean":
         return "Liger divides the z-loss by the row count, not by the class weights' sum (its mean with weights)"
@@ -265,7 +270,7 @@ register(Variant(
 def liger_linear_reason(x, weight, target, bias, options) -> str | None:
     """Liger's fused linear cross-entropy takes every option and a bias; its mean over no counted rows is 0 (PyTorch's
     is NaN)."""
-    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+    if mean_of_nothing(target, options):
         return "every row ignored: Liger's mean is 0 where PyTorch's is NaN (a mean over no rows)"
     return None
 
@@ -295,7 +300,7 @@ def cce_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
 def cce_reason(x, weight, target, bias, options) -> str | None:
     from lab.operators.linear_cross_entropy import options_reason
 
-    if options.reduction == "mean" and target.numel() and bool((target == options.ignore_index).all()):
+    if mean_of_nothing(target, options):
         return "every row ignored: Cut Cross-Entropy's mean divides by the counted rows (ZeroDivisionError)"
     return options_reason(options, bias, {"softcap", "reduction none"}, "Cut Cross-Entropy")
 
