@@ -112,3 +112,19 @@ register(Variant(
                 "chunks in float32 (addmm's out_dtype)",
     build=build_linear_cross_entropy,
 ))
+
+
+def build_linear_cross_entropy_loss():
+    if not torch.cuda.is_available():
+        raise Unavailable("needs a GPU (lab.linear_cross_entropy takes CUDA tensors)")
+    from lab.operators.linear_cross_entropy import evaluation
+
+    return evaluation(lab_head)
+
+
+register(Variant(
+    op="linear_cross_entropy_loss", name="lab.auto", backend="lab",
+    description="lab.linear_cross_entropy without grad: chunks of tokens (1 GiB of logits), each a matmul and the "
+                "loss's kernel reading the chunk's logits once",
+    build=build_linear_cross_entropy_loss,
+))

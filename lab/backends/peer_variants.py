@@ -275,10 +275,10 @@ def liger_linear_reason(x, weight, target, bias, options) -> str | None:
     return None
 
 
-def build_liger_linear():
+def build_liger_linear(with_grad: bool = True):
     (module,) = _import("liger-kernel", "liger_kernel.transformers.fused_linear_cross_entropy",
                         "LigerFusedLinearCrossEntropyLoss")
-    from lab.operators.linear_cross_entropy import train_step
+    from lab.operators.linear_cross_entropy import evaluation, train_step
 
     def liger_loss(x, weight, target, bias, options):
         # As a user builds it: accum_dtype left at its default (dW and dbias added up over its chunks in the
@@ -287,7 +287,7 @@ def build_liger_linear():
                       label_smoothing=options.label_smoothing, reduction=options.reduction, softcap=options.softcap)
         return loss(weight, x, target, bias)
 
-    return train_step(liger_loss)
+    return train_step(liger_loss) if with_grad else evaluation(liger_loss)
 
 
 def cce_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
@@ -305,15 +305,15 @@ def cce_reason(x, weight, target, bias, options) -> str | None:
     return options_reason(options, bias, {"softcap", "reduction none"}, "Cut Cross-Entropy")
 
 
-def build_cce(filter_eps="high"):
+def build_cce(filter_eps="high", with_grad: bool = True):
     (linear_cross_entropy,) = _import("cut-cross-entropy", "cut_cross_entropy", "linear_cross_entropy")
-    from lab.operators.linear_cross_entropy import train_step
+    from lab.operators.linear_cross_entropy import evaluation, train_step
 
     def cce_loss(x, weight, target, bias, options):
         return linear_cross_entropy(x, weight, target, ignore_index=options.ignore_index, softcap=options.softcap,
                                     reduction=options.reduction, filter_eps=filter_eps)
 
-    return train_step(cce_loss)
+    return train_step(cce_loss) if with_grad else evaluation(cce_loss)
 
 
 def quack_linear_reason(x, weight, target, bias, options) -> str | None:
@@ -359,4 +359,19 @@ register(Variant(
     description="QuACK chunked_linear_cross_entropy: chunks of 4096 tokens, CuTe DSL matmuls with a cross-entropy "
                 "epilogue",
     build=build_quack_linear, case_reason=quack_linear_reason, shape_reason=no_tokens_reason,
+))
+
+
+# --- linear_cross_entropy_loss: the peers' heads without grad -------------------------------------------------------
+register(Variant(
+    name="peer.liger", op="linear_cross_entropy_loss", backend="peer",
+    description="Liger-Kernel LigerFusedLinearCrossEntropyLoss without grad: its chunks' matmuls and cross-entropy, "
+                "no gradient",
+    build=lambda: build_liger_linear(with_grad=False), case_reason=liger_linear_reason, shape_reason=no_tokens_reason,
+))
+register(Variant(
+    name="peer.cce", op="linear_cross_entropy_loss", backend="peer",
+    description="Cut Cross-Entropy linear_cross_entropy without grad: the matmul fused with the log-sum-exp, the "
+                "logits never written",
+    build=lambda: build_cce(with_grad=False), case_reason=cce_reason, shape_reason=cce_shape_reason,
 ))

@@ -275,3 +275,48 @@ register(Variant(
                 "summed in float32",
     build=build_head_chunked, **LINEAR_CROSS_ENTROPY,
 ))
+
+
+# --- linear_cross_entropy_loss: the head's loss without grad --------------------------------------------------------
+
+
+def build_head_eager_loss():
+    from lab.operators.linear_cross_entropy import evaluation
+
+    return evaluation(head_loss_float32)
+
+
+def build_head_compile_loss():
+    from lab.operators.linear_cross_entropy import evaluation
+
+    return evaluation(fresh_compile(head_loss_float32))
+
+
+def build_head_chunked_loss():
+    from lab import losses
+    from lab.operators.linear_cross_entropy import head_loss_and_grads
+
+    def torch_chunked_loss(x, weight, target, bias, options):
+        with torch.no_grad():
+            (loss,) = head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32,
+                                          losses.LOGITS_CHUNK_BYTES // x.element_size(), with_grad=False)
+        return (loss.float(),)
+
+    return torch_chunked_loss
+
+
+LINEAR_CROSS_ENTROPY_LOSS = dict(op="linear_cross_entropy_loss", backend="torch", runs_on_cpu=True)
+register(Variant(
+    name="torch.eager", description="F.linear, then F.cross_entropy on the logits upcast to float32, without grad "
+                                    "(the baseline)",
+    build=build_head_eager_loss, **LINEAR_CROSS_ENTROPY_LOSS,
+))
+register(Variant(
+    name="torch.compile", description="torch.compile of the same without grad, compiled for each shape",
+    build=build_head_compile_loss, per_shape=True, case_reason=default_options_only, **LINEAR_CROSS_ENTROPY_LOSS,
+))
+register(Variant(
+    name="torch.chunked", description="PyTorch a chunk of tokens at a time without grad (1 GiB of logits a chunk): "
+                                      "each chunk's logits and F.cross_entropy in the inputs' dtype",
+    build=build_head_chunked_loss, **LINEAR_CROSS_ENTROPY_LOSS,
+))

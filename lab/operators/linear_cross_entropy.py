@@ -17,9 +17,14 @@ matmul over every token does.
 An operator built on matmuls (lab/operators/__init__.py, flops): its figures are the time of a call, TFLOP/s =
 6*M*N*K / time (the three matmuls: logits, dx, dweight), the time of those three matmuls alone on the point's inputs
 timed in the same rounds (`ceiling`), and the peak memory a call allocates above its inputs, its outputs included.
+
+linear_cross_entropy_loss: the loss alone, as evaluation computes it (no gradient): the same inputs, cases and sweeps;
+TFLOP/s = 2*M*N*K / time, against the logits' matmul alone.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -69,11 +74,13 @@ def _product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tens
 
 def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                         options: CrossEntropyOptions, dtype: torch.dtype, sum_dtype: torch.dtype,
-                        chunk_elements: int = REFERENCE_CHUNK_ELEMENTS) -> tuple[torch.Tensor, ...]:
+                        chunk_elements: int = REFERENCE_CHUNK_ELEMENTS, with_grad: bool = True
+                        ) -> tuple[torch.Tensor, ...]:
     """(loss, dx, dweight, dbias) of the head in `dtype`, a chunk of tokens at a time: each chunk's logits by one
     matmul in `dtype`, its rows' losses and their gradient by autograd through cross_entropy.loss_of in `dtype`
     (ignored rows' gradient zero), each row's upstream gradient its weight in the whole loss; dx of the chunk by a
-    matmul; dweight and dbias, and the loss's sum, added up over the chunks in `sum_dtype`."""
+    matmul; dweight and dbias, and the loss's sum, added up over the chunks in `sum_dtype`. Without with_grad, (loss,)
+    alone."""
     m, k = x.shape
     n = weight.shape[0]
     xs, w = x.to(dtype), weight.to(dtype)
@@ -85,7 +92,11 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
     dbias = torch.zeros(n if bias is not None else 0, dtype=sum_dtype, device=x.device)
     rows = []
     for s, e in _chunks(m, n, chunk_elements):
-        logits = (xs[s:e] @ w.t() if b is None else torch.addmm(b, xs[s:e], w.t())).detach().requires_grad_()
+        logits = (xs[s:e] @ w.t() if b is None else torch.addmm(b, xs[s:e], w.t())).detach()
+        if not with_grad:
+            rows.append(cross_entropy.loss_of(logits, target[s:e], chunk_options))
+            continue
+        logits.requires_grad_()
         with torch.enable_grad():
             loss = cross_entropy.loss_of(logits, target[s:e], chunk_options)
             (dl,) = torch.autograd.grad(loss, logits, torch.full_like(loss, scale))
@@ -103,6 +114,8 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
         if options.reduction == "mean":
             counted = int((target != options.ignore_index).sum())
             loss = loss / counted if counted else torch.full_like(loss, float("nan"))
+    if not with_grad:
+        return (loss.to(dtype),)
     return loss.to(dtype), dx, dweight.to(dtype), dbias.to(dtype)
 
 
@@ -117,6 +130,16 @@ def train_step(loss_fn):
             grads = torch.autograd.grad(loss, leaves, torch.ones_like(loss))
         dbias = grads[2] if bias is not None else x.new_empty(0)
         return loss.detach().float(), grads[0], grads[1], dbias
+
+    return step
+
+
+def evaluation(loss_fn):
+    """A kernel of linear_cross_entropy_loss from loss_fn(x, weight, target, bias, options) -> loss: the loss without
+    grad, as evaluation computes it, in float32."""
+    def step(x, weight, target, bias, options):
+        with torch.no_grad():
+            return (loss_fn(x, weight, target, bias, options).float(),)
 
     return step
 
@@ -141,12 +164,13 @@ def framework_result(x, weight, target, bias=None, options: CrossEntropyOptions 
     return head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32)
 
 
-def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT) -> tuple[torch.Tensor, ...]:
+def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT, with_grad: bool = True
+                ) -> tuple[torch.Tensor, ...]:
     """What each output's rounding error grows with. The logits' own rounding grows with E_i, row i's largest
     |x_i| . |w_j| (+ |b_j|), and moves each probability by p_ij times that; the gradient of the logits' scale is
     cross_entropy's (its terms' size, as error_scale there says) plus p_ij E_i, times the row's weight in the loss:
     call it S. Then dx's scale is S |W|, dweight's S^T |x|, dbias's S summed over the tokens, and the loss's is
-    cross_entropy's plus E_i, reduced as the loss is. In float32, chunk by chunk."""
+    cross_entropy's plus E_i, reduced as the loss is. In float32, chunk by chunk. Without with_grad, (the loss's,)."""
     m, k = x.shape
     n = weight.shape[0]
     ax, aw = x.abs().float(), weight.abs().float()
@@ -155,9 +179,10 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
     chunk_options = _per_chunk(options)
     scale = _upstream(target, options)
     counted = target != options.ignore_index
-    dx = torch.empty(m, k, dtype=torch.float32, device=x.device)
-    dweight = torch.zeros(n, k, dtype=torch.float32, device=x.device)
-    dbias = torch.zeros(n if bias is not None else 0, dtype=torch.float32, device=x.device)
+    if with_grad:
+        dx = torch.empty(m, k, dtype=torch.float32, device=x.device)
+        dweight = torch.zeros(n, k, dtype=torch.float32, device=x.device)
+        dbias = torch.zeros(n if bias is not None else 0, dtype=torch.float32, device=x.device)
     rows = torch.zeros(m, dtype=torch.float64, device=x.device)
     for s, e in _chunks(m, n, REFERENCE_CHUNK_ELEMENTS):
         logits = x[s:e].double() @ weight.double().t()
@@ -165,17 +190,19 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
             logits += bias.double()
         magnitude = ax[s:e] @ aw.t() + (ab if ab is not None else 0.0)
         biggest = magnitude.amax(-1, keepdim=True)
-        loss_scale, grad_scale = cross_entropy.error_scale(logits, target[s:e], chunk_options)
+        loss_scale, *grad_scale = cross_entropy.error_scale(logits, target[s:e], chunk_options, with_grad=with_grad)
+        rows[s:e] = torch.where(counted[s:e], loss_scale.double() + biggest.squeeze(-1).double(), 0.0)
+        if not with_grad:
+            continue
         z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
         p = torch.softmax(z, -1).float().nan_to_num_(nan=0.0)
-        s_chunk = (grad_scale + p * biggest) * counted[s:e].unsqueeze(-1) * scale
+        s_chunk = (grad_scale[0] + p * biggest) * counted[s:e].unsqueeze(-1) * scale
         dx[s:e] = s_chunk @ aw
         dweight += s_chunk.t() @ ax[s:e]
         if bias is not None:
             dbias += s_chunk.sum(0)
-        rows[s:e] = torch.where(counted[s:e], loss_scale.double() + biggest.squeeze(-1).double(), 0.0)
-    loss = rows if options.reduction == "none" else rows.sum() * scale
-    return loss.nan_to_num(nan=0.0, posinf=0.0), dx, dweight, dbias
+    loss = (rows if options.reduction == "none" else rows.sum() * scale).nan_to_num(nan=0.0, posinf=0.0)
+    return (loss, dx, dweight, dbias) if with_grad else (loss,)
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
@@ -227,11 +254,12 @@ def flops(shape: Shape) -> int:
     return 6 * shape.m * shape.n * (shape.k or 0)
 
 
-def ceiling(x, weight, target, bias=None, options=DEFAULT):
+def ceiling(x, weight, target, bias=None, options=DEFAULT, with_grad: bool = True):
     """The three matmuls alone on the point's inputs (the logits standing in for their gradient): the logits, dx,
     dweight, a chunk of tokens at a time past CEILING_CHUNK_BYTES of logits (dweight added up in its dtype), the
     vocabulary padded to whole 16-byte rows of logits beforehand (lab.losses.ROW_BYTES: the layout they run fastest
-    in; an odd vocabulary's rows, unpadded, take them off the tensor cores' aligned path)."""
+    in; an odd vocabulary's rows, unpadded, take them off the tensor cores' aligned path). Without with_grad, the
+    logits' matmul alone (the forward's)."""
     from lab.losses import pad_vocabulary
 
     weight, _ = pad_vocabulary(weight, None)
@@ -242,12 +270,14 @@ def ceiling(x, weight, target, bias=None, options=DEFAULT):
         dweight = torch.zeros_like(weight) if len(chunks) > 1 else None
         for s, e in chunks:
             logits = x[s:e] @ weight.t()
+            if not with_grad:
+                continue
             dx = logits @ weight
             if dweight is None:
                 dweight = logits.t() @ x[s:e]
             else:
                 dweight.addmm_(logits.t(), x[s:e])
-        return dx, dweight
+        return (dx, dweight) if with_grad else logits
 
     return matmuls
 
@@ -292,8 +322,7 @@ LINEAR_CROSS_ENTROPY = register_operator(Operator(
     error_scale=error_scale,
     framework_result=framework_result,
     # dweight's error_scale sums |dlogits| |x| over the tokens, up to sqrt(M) times dweight's size where they cancel:
-    # a floor of atol_rel times it (1/4 of dweight's largest value at 65536 tokens) let a dweight summed in bfloat16
-    # over 16 chunks pass the 2x bar.
+    # a floor of atol_rel times it (1/4 of dweight's largest value at 65536 tokens) would hide any drift short of that.
     framework_floor_from_scale=False,
     output_dtypes=lambda dtype: (torch.float32, dtype, dtype, dtype),
     checked_as=lambda dtype: (dtype, dtype, dtype, dtype),
@@ -305,4 +334,35 @@ LINEAR_CROSS_ENTROPY = register_operator(Operator(
     ceiling_label="3 matmuls",
     case_shape=case_shape,
     default_metrics=("latency", "pct_ceiling", "memory"),
+))
+
+
+def loss_reference(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT) -> tuple[torch.Tensor]:
+    """(loss,) in float64."""
+    return head_loss_and_grads(x, weight, target, bias, options, torch.float64, torch.float64, with_grad=False)
+
+
+def loss_framework_result(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT
+                          ) -> tuple[torch.Tensor]:
+    """PyTorch's own loss in the inputs' dtype (framework_result's, without the gradients)."""
+    return head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32, with_grad=False)
+
+
+# The forward alone, as evaluation computes it: the same inputs, cases and sweeps; one matmul's FLOP, and that matmul
+# alone as the ceiling.
+LINEAR_CROSS_ENTROPY_LOSS = register_operator(dataclasses.replace(
+    LINEAR_CROSS_ENTROPY,
+    name="linear_cross_entropy_loss",
+    description="loss = cross_entropy(x @ W^T + b, target) alone, as evaluation computes it (no gradient; x: M tokens "
+                "x K, W: N classes x K)",
+    reference=loss_reference,
+    bytes_formula="2*M*N*K",
+    error_scale=lambda *inputs: error_scale(*inputs, with_grad=False),
+    framework_result=loss_framework_result,
+    output_dtypes=lambda dtype: (torch.float32,),
+    checked_as=lambda dtype: (dtype,),
+    output_names=("loss",),
+    flops=lambda shape: flops(shape) // 3,
+    ceiling=lambda *inputs: ceiling(*inputs, with_grad=False),
+    ceiling_label="the logits' matmul",
 ))
