@@ -97,34 +97,24 @@ def lab_head(x, weight, target, bias, options, **chosen) -> torch.Tensor:
                                     z_loss=options.z_loss, softcap=options.softcap, **chosen)
 
 
-def build_linear_cross_entropy():
+def build_linear_cross_entropy(with_grad: bool = True):
     if not torch.cuda.is_available():
         raise Unavailable("needs a GPU (lab.linear_cross_entropy takes CUDA tensors)")
-    from lab.operators.linear_cross_entropy import train_step
+    from lab.operators.linear_cross_entropy import evaluation, train_step
 
-    return train_step(lab_head)
+    return train_step(lab_head) if with_grad else evaluation(lab_head)
 
 
 register(Variant(
     op="linear_cross_entropy", name="lab.auto", backend="lab",
-    description="lab.linear_cross_entropy and its backward: chunks of tokens (1 GiB of logits), each a matmul, the "
-                "lab's cross-entropy kernel (loss and dlogits in one pass) and the dx matmul; dW added up over the "
-                "chunks in float32 (addmm's out_dtype)",
+    description="lab.linear_cross_entropy and its backward: every token in one chunk where chunking saves no memory, "
+                "else chunks of 1 GiB of logits; each chunk a matmul, the lab's cross-entropy kernel writing the "
+                "gradient over the logits, the dx and dW matmuls (dW summed in float32 over several chunks)",
     build=build_linear_cross_entropy,
 ))
-
-
-def build_linear_cross_entropy_loss():
-    if not torch.cuda.is_available():
-        raise Unavailable("needs a GPU (lab.linear_cross_entropy takes CUDA tensors)")
-    from lab.operators.linear_cross_entropy import evaluation
-
-    return evaluation(lab_head)
-
-
 register(Variant(
     op="linear_cross_entropy_loss", name="lab.auto", backend="lab",
-    description="lab.linear_cross_entropy without grad: chunks of tokens (1 GiB of logits), each a matmul and the "
+    description="lab.linear_cross_entropy without grad: chunks of up to 1 GiB of logits, each a matmul and the "
                 "loss's kernel reading the chunk's logits once",
-    build=build_linear_cross_entropy_loss,
+    build=lambda: build_linear_cross_entropy(with_grad=False),
 ))
