@@ -207,7 +207,9 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
                for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):
         framework = as_tuple(op.framework_result(*inputs))
-        floors = scales if op.framework_floor_from_scale else (None,) * len(refs)
+        from_scale = op.framework_floor_from_scale
+        from_scale = from_scale if isinstance(from_scale, tuple) else (from_scale,) * len(refs)
+        floors = [s_i if use else None for s_i, use in zip(scales, from_scale, strict=True)]
         bounds = [framework_bound(y_i, f_i, r_i, tolerances[h_i], s_i)
                   for y_i, f_i, r_i, h_i, s_i in zip(ys, framework, refs, held_to, floors, strict=True)]
         # The comparison's norm error stays the result's; its worst share is of whichever bar is nearer.

@@ -18,6 +18,9 @@ float32 loss, PyTorch's too), with targets drawn from the vocabulary (one row in
 from the operator's (the defaults in most cases, else a reduction, label smoothing, z-loss, soft-capping, class
 weights, another ignore_index, or several); a variant that lacks a case's options skips it (case_reason).
 cross_entropy_loss's cases are cross_entropy's, the loss alone checked.
+linear_cross_entropy's (and linear_cross_entropy_loss's) cases draw the hidden states as the logits above (M x K, the
+row length K at most HEAD_MAX_HIDDEN; normal, outlying, equal, tiny values or NaN), a vocabulary beside them, a
+classifier, a bias in a third of the cases, targets and cross_entropy's options but class weights (head_inputs).
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from lab.inputs import Shape, irregular, make_input
 from lab.registry import Unavailable, Variant, dtype_name, variants
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-OPERATORS = ("softmax", "cross_entropy", "cross_entropy_loss")
-LOSSES = ("cross_entropy", "cross_entropy_loss")  # drawn logits, targets and options (cross_entropy_inputs)
+HEADS = ("linear_cross_entropy", "linear_cross_entropy_loss")  # drawn hidden states, classifier, targets, options
+LOSSES = ("cross_entropy", "cross_entropy_loss", *HEADS)  # drawn logits (heads: hidden states), targets and options
+OPERATORS = ("softmax", *LOSSES)
 KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf rows", "+inf", "NaN", "huge",
          "all equal", "tiny")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
@@ -151,10 +155,44 @@ def cross_entropy_inputs(case: Case, logits: torch.Tensor) -> tuple:
 
 
 CROSS_ENTROPY_KINDS = tuple(k for k in KINDS if k != "huge")
+HEAD_KINDS = ("normal", "outliers", "all equal", "tiny", "NaN")
+"""A head's hidden states: the values whose logits every dtype holds (infinities in a matmul's operands make NaN and
+infinite logits whose mix no variant is asked to match beyond the special cases' NaN token)."""
+HEAD_VOCABULARIES = (1, 2, 3, 7, 31, 64, 257, 1000, 4099, 16385, 50257)
+HEAD_MAX_HIDDEN = 8192  # a head's hidden size (the case's row length) at most: its vocabulary is drawn beside it
 
 
-def case_shape(case: Case) -> Shape:
-    """The Shape of make(case), without making it."""
+def head_vocabulary(case: Case, max_elements: int) -> int:
+    """A head case's vocabulary: drawn from the case's seed among HEAD_VOCABULARIES whose logits (M x V) and
+    classifier (V x K, K = the case's row length) stay within max_elements."""
+    fits = [v for v in HEAD_VOCABULARIES if v * max(case.m, 1) <= max_elements and v * case.n <= max_elements]
+    return random.Random(case.seed * 1_000_003 + case.index + 2).choice(fits or [1])
+
+
+def head_inputs(case: Case, x: torch.Tensor, max_elements: int) -> tuple:
+    """linear_cross_entropy's inputs for a case: its hidden states (make(case): M x K, strided and misaligned views
+    included), a classifier W ~ N(0, 2 / K) of the drawn vocabulary, a bias in a third of the cases, targets (one row
+    in eight ignored) and options (cross_entropy's but class weights), drawn from the case's seed."""
+    from lab.operators.cross_entropy import CrossEntropyOptions
+
+    rng = random.Random(case.seed * 1_000_003 + case.index + 1)
+    g = torch.Generator(device="cpu").manual_seed(case.seed * 1_000_003 + case.index + 1)
+    vocab, k = head_vocabulary(case, max_elements), case.n
+    options = CrossEntropyOptions(**rng.choice([
+        {}, {}, {}, dict(reduction="sum"), dict(reduction="none"), dict(label_smoothing=0.1), dict(z_loss=1e-4),
+        dict(softcap=30.0), dict(ignore_index=0), dict(reduction="none", label_smoothing=0.05, z_loss=1e-4,
+                                                        softcap=15.0)]))
+    weight = (torch.randn(vocab, k, generator=g) * (2.0 / k) ** 0.5).to(x.dtype).to(x.device)
+    bias = torch.randn(vocab, generator=g).to(x.dtype).to(x.device) if rng.random() < 1 / 3 else None
+    target = torch.randint(0, vocab, (case.m,), generator=g)
+    target[torch.rand(case.m, generator=g) < 0.125] = options.ignore_index
+    return x, weight, target.to(x.device), bias, options
+
+
+def case_shape(case: Case, op: str = "softmax", max_elements: int = DEFAULT_MAX_ELEMENTS) -> Shape:
+    """The Shape of make(case) (a head's: M tokens, the drawn vocabulary, K = the row length), without making it."""
+    if op in HEADS:
+        return Shape(case.m, head_vocabulary(case, max_elements), None, case.n)
     return Shape(case.m, case.n, None if case.m == 0 or case.stride == case.n else case.stride)
 
 
@@ -263,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the counts and mismatches here")
     args = p.parse_args(argv)
     quiet_third_party()
+    if args.op in HEADS:
+        args.max_n = min(args.max_n, HEAD_MAX_HIDDEN)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     op = operators.get(args.op)
     chosen = variants(args.op, patterns=args.only, skip=args.skip)
@@ -291,12 +331,12 @@ def main(argv: list[str] | None = None) -> int:
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 
     start = time.perf_counter()
-    kinds = CROSS_ENTROPY_KINDS if args.op in LOSSES else KINDS
+    kinds = HEAD_KINDS if args.op in HEADS else CROSS_ENTROPY_KINDS if args.op in LOSSES else KINDS
     for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
                                          args.start, kinds)):
         # Which variants take the case is known before its input is made: a case none of them takes (a run
         # --only the variants limited to some shapes) costs no input and no reference.
-        shape = case_shape(case)
+        shape = case_shape(case, args.op, args.max_elements)
         takers = []
         for v in runnable:
             c = counts[v.name]
@@ -307,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 takers.append(v)
         x = make(case, device) if takers else None
-        assert x is None or Shape.of(x) == shape, (Shape.of(x), shape)
+        assert x is None or Shape.of(x) == case_shape(case), (Shape.of(x), case_shape(case))
         if x is not None and op.name in LOSSES:
-            x = cross_entropy_inputs(case, x)
+            x = head_inputs(case, x, args.max_elements) if op.name in HEADS else cross_entropy_inputs(case, x)
             for v in [v for v in takers if v.case_skip_reason(*x)]:
                 takers.remove(v)
                 counts[v.name]["skipped"] += 1

@@ -434,6 +434,8 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
         parts.append(_chunk_loss(loss_rows, target[s:e], spec, spec.reduction if in_kernel else "sum", True))
         if row_scale is not None:
             _scale_rows(loss_rows, row_scale[s:e])
+        if gc.shape[1] > vocab:  # the padding's logits are 0, or NaN where a token's hidden state holds one
+            gc[:, vocab:].zero_()
         if dx is not None:
             if factor is None:
                 torch.mm(gc, weight, out=dx[s:e])

@@ -379,7 +379,8 @@ def write_markdown(data: dict, path: Path) -> None:
 
 def fuzz_markdown(fz: dict) -> list[str]:
     op = fz.get("op", "softmax")
-    outputs = "loss and gradient" if op == "cross_entropy" else "loss"
+    outputs = {"cross_entropy": "loss and gradient", "linear_cross_entropy": "loss and gradients (dx, dW, db)"
+               }.get(op, "loss")
     against = (f"against the float64 {outputs}, targets and options drawn per case (a variant that lacks a case's "
                "options skips it)" if op in fuzz.LOSSES else
                "against float64 torch.softmax, gradients on every tenth float32 case")

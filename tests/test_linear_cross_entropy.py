@@ -292,3 +292,17 @@ def test_dweights_bar_is_twice_pytorchs_error_not_a_share_of_its_magnitudes():
     assert check.check(torch_with(0.0), case, False, op=op).ok
     drifted = check.check(torch_with(4.0), case, False, op=op)
     assert not drifted.ok and "dweight" in drifted.message and "PyTorch's own" in drifted.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_an_ignored_tokens_nan_stays_in_its_row(dtype):
+    """A vocabulary padded to whole 16-byte rows (13 classes), a token whose target is ignored and whose hidden state
+    holds a NaN: its logits' row, padding included, is NaN, and its gradient row is 0 as the lab defines it (dx runs
+    over the vocabulary alone); every other token's dx is finite. dweight's columns of that hidden unit are NaN, as
+    float64's."""
+    x, w, b, t = head(9, 8, 13, dtype, DEVICE, seed=4)
+    t[2] = -100
+    x[2, 5] = float("nan")
+    _, dx, dw, _ = run(x, w, b, t, "mean", 16, torch.float32)
+    assert torch.equal(dx[2], torch.zeros_like(dx[2])) and dx[torch.arange(9) != 2].isfinite().all()
+    assert dw[:, 5].isnan().all() and dw[:, [c for c in range(8) if c != 5]].isfinite().all()

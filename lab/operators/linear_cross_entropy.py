@@ -92,7 +92,7 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
     dbias = torch.zeros(n if bias is not None else 0, dtype=sum_dtype, device=x.device)
     rows = []
     for s, e in _chunks(m, n, chunk_elements):
-        logits = (xs[s:e] @ w.t() if b is None else torch.addmm(b, xs[s:e], w.t())).detach()
+        logits = torch.nn.functional.linear(xs[s:e], w, b).detach()  # as PyTorch's users make them
         if not with_grad:
             rows.append(cross_entropy.loss_of(logits, target[s:e], chunk_options))
             continue
@@ -169,20 +169,25 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
     """What each output's rounding error grows with. The logits' own rounding grows with E_i, row i's largest
     |x_i| . |w_j| (+ |b_j|), and moves each probability by p_ij times that; the gradient of the logits' scale is
     cross_entropy's (its terms' size, as error_scale there says) plus p_ij E_i, times the row's weight in the loss:
-    call it S. Then dx's scale is S |W|, dweight's S^T |x|, dbias's S summed over the tokens, and the loss's is
-    cross_entropy's plus E_i, reduced as the loss is. In float32, chunk by chunk. Without with_grad, (the loss's,)."""
+    call it S (plus the dtype's subnormal step, over rtol: a rounded dlogits' absolute error). Then dx's scale is
+    S |W|, dweight's S^T |x|, dbias's S summed over the tokens, and the loss's is
+    cross_entropy's plus E_i, reduced as the loss is. In float64, chunk by chunk (hidden states of 1e-38 make
+    products that float32 flushes to 0). Without with_grad, (the loss's,)."""
     m, k = x.shape
     n = weight.shape[0]
-    ax, aw = x.abs().float(), weight.abs().float()
+    ax, aw = x.abs().double(), weight.abs().double()
     # A -inf bias masks its class (probability 0): no rounding to carry.
-    ab = None if bias is None else torch.where(bias.isfinite(), bias.abs(), 0.0).float()
+    ab = None if bias is None else torch.where(bias.isfinite(), bias.abs(), 0.0).double()
     chunk_options = _per_chunk(options)
     scale = _upstream(target, options)
     counted = target != options.ignore_index
+    # A dlogits element rounds to the dtype's subnormal step at worst (probabilities of 1e-7 are 0 or 2^-24 in
+    # float16): as an absolute error, it takes this share of the scale (compare's rtol * scale).
+    subnormal = torch.finfo(x.dtype).smallest_normal * torch.finfo(x.dtype).eps / TOLERANCES[x.dtype].rtol
     if with_grad:
-        dx = torch.empty(m, k, dtype=torch.float32, device=x.device)
-        dweight = torch.zeros(n, k, dtype=torch.float32, device=x.device)
-        dbias = torch.zeros(n if bias is not None else 0, dtype=torch.float32, device=x.device)
+        dx = torch.empty(m, k, dtype=torch.float64, device=x.device)
+        dweight = torch.zeros(n, k, dtype=torch.float64, device=x.device)
+        dbias = torch.zeros(n if bias is not None else 0, dtype=torch.float64, device=x.device)
     rows = torch.zeros(m, dtype=torch.float64, device=x.device)
     for s, e in _chunks(m, n, REFERENCE_CHUNK_ELEMENTS):
         logits = x[s:e].double() @ weight.double().t()
@@ -195,8 +200,8 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
         if not with_grad:
             continue
         z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
-        p = torch.softmax(z, -1).float().nan_to_num_(nan=0.0)
-        s_chunk = (grad_scale[0] + p * biggest) * counted[s:e].unsqueeze(-1) * scale
+        p = torch.softmax(z, -1).nan_to_num_(nan=0.0)
+        s_chunk = (grad_scale[0] + p * biggest + subnormal) * counted[s:e].unsqueeze(-1) * scale
         dx[s:e] = s_chunk @ aw
         dweight += s_chunk.t() @ ax[s:e]
         if bias is not None:
@@ -321,9 +326,12 @@ LINEAR_CROSS_ENTROPY = register_operator(Operator(
     cpu_edge_max_n=1024,
     error_scale=error_scale,
     framework_result=framework_result,
-    # dweight's error_scale sums |dlogits| |x| over the tokens, up to sqrt(M) times dweight's size where they cancel:
-    # a floor of atol_rel times it (1/4 of dweight's largest value at 65536 tokens) would hide any drift short of that.
-    framework_floor_from_scale=False,
+    # The gradients' error scales sum magnitudes over terms that cancel (dweight's over the tokens: up to sqrt(M) times
+    # its size): a floor of atol_rel times them (1/4 of dweight's largest value at 65536 tokens) would hide any drift
+    # short of that, so theirs is a share of their largest value. The loss's scale is the logits' size, which its
+    # rounding grows with: PyTorch's own 16-bit loss of one token may land within 0.0014 of the exact one by chance,
+    # where the logits' rounding alone moves a float32 loss of them by 0.014 (bfloat16, CPU fuzz).
+    framework_floor_from_scale=(True, False, False, False),
     output_dtypes=lambda dtype: (torch.float32, dtype, dtype, dtype),
     checked_as=lambda dtype: (dtype, dtype, dtype, dtype),
     output_names=("loss", "dx", "dweight", "dbias"),
@@ -358,6 +366,7 @@ LINEAR_CROSS_ENTROPY_LOSS = register_operator(dataclasses.replace(
     reference=loss_reference,
     bytes_formula="2*M*N*K",
     error_scale=lambda *inputs: error_scale(*inputs, with_grad=False),
+    framework_floor_from_scale=(True,),
     framework_result=loss_framework_result,
     output_dtypes=lambda dtype: (torch.float32,),
     checked_as=lambda dtype: (dtype,),
