@@ -55,12 +55,16 @@ def _per_chunk(options: CrossEntropyOptions) -> CrossEntropyOptions:
                                label_smoothing=options.label_smoothing, z_loss=options.z_loss, softcap=options.softcap)
 
 
-def _upstream(target: torch.Tensor, options: CrossEntropyOptions) -> float:
+def _counted(target: torch.Tensor, options: CrossEntropyOptions) -> int:
+    """The rows whose target is not ignore_index (the mean's denominator)."""
+    return int((target != options.ignore_index).sum())
+
+
+def _upstream(counted: int, options: CrossEntropyOptions) -> float:
     """Each row's loss's weight in the whole loss: 1 for sum and none; 1 / the counted rows for the mean (0 where
     none is counted: the mean is NaN and its gradients 0, as PyTorch's)."""
     if options.reduction != "mean":
         return 1.0
-    counted = int((target != options.ignore_index).sum())
     return 1.0 / counted if counted else 0.0
 
 
@@ -86,7 +90,8 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
     xs, w = x.to(dtype), weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
     chunk_options = _per_chunk(options)
-    scale = _upstream(target, options)
+    counted = _counted(target, options)
+    scale = _upstream(counted, options)
     dx = torch.empty(m, k, dtype=dtype, device=x.device)
     dweight = torch.zeros(n, k, dtype=sum_dtype, device=x.device)
     dbias = torch.zeros(n if bias is not None else 0, dtype=sum_dtype, device=x.device)
@@ -112,7 +117,6 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
     else:
         loss = per_row.to(sum_dtype).sum()
         if options.reduction == "mean":
-            counted = int((target != options.ignore_index).sum())
             loss = loss / counted if counted else torch.full_like(loss, float("nan"))
     if not with_grad:
         return (loss.to(dtype),)
@@ -179,7 +183,7 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
     # A -inf bias masks its class (probability 0): no rounding to carry.
     ab = None if bias is None else torch.where(bias.isfinite(), bias.abs(), 0.0).double()
     chunk_options = _per_chunk(options)
-    scale = _upstream(target, options)
+    scale = _upstream(_counted(target, options), options)
     counted = target != options.ignore_index
     # A dlogits element rounds to the dtype's subnormal step at worst (probabilities of 1e-7 are 0 or 2^-24 in
     # float16): as an absolute error, it takes this share of the scale (compare's rtol * scale).
