@@ -173,13 +173,18 @@ vocabularies of millions (256 tokens at least), and its matmuls are large enough
 
 
 def chunk_tokens_for(tokens: int, vocab: int, hidden: int, itemsize: int, accumulate_itemsize: int) -> int:
-    """The tokens of a chunk by default: every token in one chunk where their logits take no more memory than
-    chunking would (a chunk's LOGITS_CHUNK_BYTES, and dweight's sum over the chunks in a wider accumulate dtype with
-    its cast back to the weight's); else LOGITS_CHUNK_BYTES of logits a chunk, a multiple of 256 (at least 256). One
-    chunk is also the fastest (dweight from one matmul, nothing added up: as PyTorch computes it); past 16384 tokens
-    at V = 128256 and K = 4096 in bfloat16 with float32 sums, chunks take less memory."""
-    summing = vocab * hidden * (accumulate_itemsize + itemsize) if accumulate_itemsize != itemsize else 0
-    if tokens * vocab * itemsize <= LOGITS_CHUNK_BYTES + summing:
+    """The tokens of a chunk by default: every token in one chunk where that takes no more memory than chunking would;
+    else LOGITS_CHUNK_BYTES of logits a chunk, a multiple of 256 (at least 256). One chunk holds every logit and
+    dweight; chunks hold one chunk's logits beside dweight's sum in the accumulate dtype, then that sum beside dweight
+    (the chunk's buffer freed). One chunk is also the fastest (dweight from one matmul, nothing added up: as PyTorch
+    computes it); at V = 128256 and K = 4096 in bfloat16 with float32 sums, chunks take less memory past 8192 tokens."""
+    weights = vocab * hidden
+    one_chunk = (tokens * vocab + weights) * itemsize
+    if accumulate_itemsize == itemsize:
+        chunked = LOGITS_CHUNK_BYTES + weights * itemsize
+    else:
+        chunked = max(LOGITS_CHUNK_BYTES + weights * accumulate_itemsize, weights * (accumulate_itemsize + itemsize))
+    if one_chunk <= chunked:
         return max(1, tokens)
     return max(256, LOGITS_CHUNK_BYTES // (vocab * itemsize) // 256 * 256)
 
@@ -449,6 +454,7 @@ def _gradients(rows, weight, bias, target, spec: _LinearSpec, needs: tuple[bool,
         if needs[2]:
             part = gc.sum(0, dtype=sums)
             dbias = part if dbias is None else dbias.add_(part)
+    buffer = gc = loss_rows = None  # freed before the sums' rounding allocates dweight and dbias
     dweight, dbias = (None if g is None else _rounded(g[:vocab], factor, dtype=weight.dtype) for g in (dweight, dbias))
     total = _sum(parts, rows)
     return (total if denominator is None else total / denominator), dx, dweight, dbias

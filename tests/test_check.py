@@ -442,15 +442,35 @@ def test_the_framework_bounds_floor_is_of_the_error_scale_where_the_operator_has
     assert not check.framework_bound(ref + 1.5e-2, ref.clone(), ref, tol, scale).ok
 
 
+def test_the_framework_bounds_floor_takes_one_rounding_of_a_16_bit_output():
+    """PyTorch's bfloat16 result exact by chance, ours one rounding of the largest value off (a correctly rounded
+    result of sums in another order): it passes in bfloat16 (floor half an ulp of 12: 2^-8 * 12), where atol_rel's
+    floor alone (1e-3 of 12) would fail it; two roundings off still fail, and a float32 output keeps atol_rel's."""
+    ref = torch.tensor([12.01, -3.0, 0.5], dtype=torch.float64)
+    tol = check.Tolerance(rtol=3e-2, atol_rel=1e-3, norm_tol=8e-3)
+    theirs = ref.bfloat16()  # 12.0: 0.01 off
+    ours = torch.tensor([12.0625, -3.0, 0.5], dtype=torch.bfloat16)  # the other neighbour (an ulp is 1/16 there)
+    assert check.framework_bound(ours, theirs, ref, tol).ok  # 0.0525 <= 2 * 0.01 + 12.01 / 256
+    assert not check.framework_bound(torch.tensor([12.125, -3.0, 0.5], dtype=torch.bfloat16), theirs, ref, tol).ok
+    assert not check.framework_bound(ours.float(), theirs.float(), ref, tol).ok  # 0.0525 > 2 * 0.01 + 0.012
+
+
 def test_a_low_precision_result_is_held_to_pytorchs_own_error():
     """In 16-bit dtypes a result within the tolerance still fails past twice PyTorch's own error (here PyTorch's
-    stand-in is exact, so the bound is the floor); in float32 the float64 tolerance alone decides."""
+    stand-in is exact, so the bound is the floor, one rounding of the largest value: a result an ulp high fails it);
+    in float32 the float64 tolerance alone decides."""
     from dataclasses import replace
 
     op = replace(_two_output_operator(), framework_result=lambda t: tuple(r.to(d) for r, d in zip(
         _two_output_reference(t), (torch.float64, torch.float64), strict=True)))
     x = inputs.make_input(Shape(8, 100), torch.bfloat16, "cpu", 5)
-    res = check.check(_right, x, False, op=op)
+
+    def an_ulp_high(x):  # the largest value, positive, the next bfloat16 up
+        lse, y = _right(x)
+        y.view(torch.int16).view(-1)[int(y.float().argmax())] += 1
+        return lse, y
+
+    res = check.check(an_ulp_high, x, False, op=op)
     assert not res.ok and "more than 2x PyTorch's own" in res.message, res.summary()
     assert check.check(_right, x.float(), False, op=op).ok
 

@@ -275,16 +275,17 @@ def liger_linear_reason(x, weight, target, bias, options) -> str | None:
     return None
 
 
-def build_liger_linear(with_grad: bool = True):
+def build_liger_linear(with_grad: bool = True, accum_dtype: torch.dtype | None = None):
+    """Liger's module as a user builds it; accum_dtype None (its default) adds dW and dbias up over its chunks in the
+    weight's dtype."""
     (module,) = _import("liger-kernel", "liger_kernel.transformers.fused_linear_cross_entropy",
                         "LigerFusedLinearCrossEntropyLoss")
     from lab.operators.linear_cross_entropy import evaluation, train_step
 
     def liger_loss(x, weight, target, bias, options):
-        # As a user builds it: accum_dtype left at its default (dW and dbias added up over its chunks in the
-        # weight's dtype).
         loss = module(ignore_index=options.ignore_index, lse_square_scale=options.z_loss,
-                      label_smoothing=options.label_smoothing, reduction=options.reduction, softcap=options.softcap)
+                      label_smoothing=options.label_smoothing, reduction=options.reduction, softcap=options.softcap,
+                      accum_dtype=accum_dtype)
         return loss(weight, x, target, bias)
 
     return train_step(liger_loss) if with_grad else evaluation(liger_loss)
@@ -341,6 +342,13 @@ register(Variant(
                 "and its Triton cross-entropy writing the gradient over the logits, dx and dW by matmuls in the "
                 "forward, dW added up in the weight's dtype",
     build=build_liger_linear, case_reason=liger_linear_reason, shape_reason=no_tokens_reason,
+))
+register(Variant(
+    name="peer.liger_accum32", **LINEAR_CROSS_ENTROPY,
+    description="Liger-Kernel LigerFusedLinearCrossEntropyLoss with accum_dtype=torch.float32: the same chunks, dW "
+                "and dbias added up in float32 and cast once",
+    build=lambda: build_liger_linear(accum_dtype=torch.float32), case_reason=liger_linear_reason,
+    shape_reason=no_tokens_reason,
 ))
 register(Variant(
     name="peer.cce", **LINEAR_CROSS_ENTROPY,

@@ -217,15 +217,26 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
                 options: CrossEntropyOptions = DEFAULT, bias: bool = False) -> tuple:
     """Hidden states of irregular size (each token's scaled by 0.5 to 2), a classifier whose logits spread over a few
-    units (W ~ N(0, 2 / K)), targets drawn uniformly, one row in eight ignored; a bias of N(0, 1) where asked."""
+    units (W ~ N(0, 2 / K)), targets drawn as a text's words are (zipf_targets), one row in eight ignored; a bias of
+    N(0, 1) where asked."""
     m, n, k = shape.m, shape.n, shape.k or 1
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(m, k, generator=g, device=device) * torch.rand(m, 1, generator=g, device=device).mul(1.5).add(0.5)
     weight = torch.randn(n, k, generator=g, device=device) * (2.0 / k) ** 0.5
     b = torch.randn(n, generator=g, device=device).to(dtype) if bias else None
-    target = torch.randint(0, max(1, n), (m,), generator=g, device=device)
+    target = zipf_targets(m, n, g, device)
     target[torch.rand(m, generator=g, device=device) < 0.125] = options.ignore_index
     return x.to(dtype), weight.to(dtype), target, b, options
+
+
+def zipf_targets(m: int, n: int, generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
+    """m classes of n drawn by Zipf's law, as a text's words are: class r (from 0) with probability proportional to
+    1 / (r + 1). A frequent class's row of dW then adds up the hidden states of many tokens, in every chunk of them
+    (with a Llama 3 vocabulary, class 0 is 8% of the tokens): where the chunks' sums are rounded to 16 bits one at a
+    time, that row drifts, which the check sees (uniform targets leave most rows a token or none)."""
+    weights = torch.arange(1, max(1, n) + 1, dtype=torch.float64, device=device).reciprocal_().cumsum_(0)
+    draw = torch.rand(m, generator=generator, device=device, dtype=torch.float64) * weights[-1]
+    return torch.searchsorted(weights, draw).clamp_(max=max(1, n) - 1)
 
 
 def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
