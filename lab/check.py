@@ -177,10 +177,12 @@ def run_variant(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, 
 
 
 def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: Outputs | None = None,
-          row_labels: list[str] | None = None, op=None) -> CheckResult:
+          row_labels: list[str] | None = None, op=None, memo: dict | None = None) -> CheckResult:
     """Run `kernel` on the inputs and compare with the operator's float64 reference (computed unless given),
     each output against its own (an operator of several outputs names the failing one). `op` is a
-    lab.operators.Operator; softmax when not given."""
+    lab.operators.Operator; softmax when not given. memo: where the checks of several variants on the same inputs
+    keep the operator's error scale and PyTorch's own result, computed for the first (a head's, at 65536 tokens,
+    takes seconds of float64 matmuls)."""
     if op is None:
         from lab.operators import get
 
@@ -200,13 +202,14 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
     refs, ys = as_tuple(ref), as_tuple(y)
     if len(ys) != len(refs):
         return CheckResult(False, math.inf, math.inf, f": {len(ys)} output(s), expected {len(refs)}")
-    scales = as_tuple(op.error_scale(*inputs)) if op.error_scale is not None else (None,) * len(refs)
+    scales = (as_tuple(_kept(memo, "error_scale", lambda: op.error_scale(*inputs))) if op.error_scale is not None
+              else (None,) * len(refs))
     tolerances = op.tolerances_for(inputs[0].device)
     held_to = held_to_dtypes(op, spec, inputs[0].dtype)
     results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, {d_i: tolerances[h_i]}, s_i)
                for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):
-        framework = as_tuple(op.framework_result(*inputs))
+        framework = as_tuple(_kept(memo, "framework_result", lambda: op.framework_result(*inputs)))
         from_scale = op.framework_floor_from_scale
         from_scale = from_scale if isinstance(from_scale, tuple) else (from_scale,) * len(refs)
         floors = [s_i if use else None for s_i, use in zip(scales, from_scale, strict=True)]
@@ -220,6 +223,15 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
     failed = [(name, r) for name, r in zip(op.output_names, results, strict=True) if not r.ok]
     return CheckResult(not failed, max(r.worst_ratio for r in results), max(r.rel_norm for r in results),
                        "".join(f"; {name}{r.message}" for name, r in failed))
+
+
+def _kept(memo: dict | None, key: str, compute):
+    """compute(), once per memo."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 FRAMEWORK_ERROR_FACTOR = 2.0

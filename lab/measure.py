@@ -101,9 +101,9 @@ def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype],
 
 
 def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case: tuple[torch.Tensor, ...],
-                ref: torch.Tensor, device: torch.device, args: argparse.Namespace):
+                ref: torch.Tensor, device: torch.device, args: argparse.Namespace, memo: dict | None = None):
     """One variant at one point as far as its check: the Result (skipped, failed or checked) and, where it
-    is to be timed, its kernel (else None)."""
+    is to be timed, its kernel (else None). memo: the point's, shared by its variants' checks (check.check)."""
     v, dtype = r.variant, case[0].dtype
     res = report.Result(sweep, v.name, v.backend, dtype_name(dtype), shape.m, shape.n, shape.stride, "skipped",
                         op=op.name, k=shape.k)
@@ -118,7 +118,7 @@ def check_point(op: Operator, r: Runnable, sweep: str, shape: inputs.Shape, case
         res.reason = str(e)
         return res, None
     try:
-        c = check.check(kernel, case, v.writes_out, ref, op=op)
+        c = check.check(kernel, case, v.writes_out, ref, op=op, memo=memo)
     except torch.OutOfMemoryError:  # skipped, not failed: the point is too large for it on this GPU
         res.reason = out_of_memory(device)
         return res, None
@@ -185,6 +185,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     def new_out():
         return spec.empty(case[0].device)
     checked: dict[str, tuple[report.Result, object]] = {}
+    memo: dict = {}  # the checks' error scale and PyTorch's own result, once for the point
 
     def timed(names) -> dict:
         if not nbytes:  # an empty shape: checked (an empty result), nothing to time
@@ -196,7 +197,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
     plain = [r for r in runnable if r.variant.prepare is None]
     prepared = [r for r in runnable if r.variant.prepare is not None]
     for r in plain:
-        checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
+        checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args, memo)
     if prepared:
         selection = timed(r.variant.name for r in plain)
         if selection:
@@ -207,8 +208,8 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
         so_far = [checked[r.variant.name][0] for r in plain]
         for r in prepared:
             r.variant.prepare(results + so_far)  # e.g. cuda.auto's table from this run so far
-            checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args)
-    del ref  # checked: the float64 reference (2x a float32 x, 4x a 16-bit one) is not held through the timing
+            checked[r.variant.name] = check_point(op, r, sweep, shape, case, ref, device, args, memo)
+    del ref, memo  # checked: the float64 reference and scales are not held through the timing
     if not nbytes:
         for res, kernel in checked.values():
             if kernel is not None:

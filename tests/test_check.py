@@ -492,3 +492,27 @@ def test_a_kernel_that_overwrites_its_input_gets_a_copy_to_overwrite(x):
     call = bench.timed_call(overwriting, (x,), False, lambda: None)
     call()
     assert torch.equal(x, before), "the timed calls overwrite their own copy"
+
+
+def test_a_points_memo_computes_the_scale_and_pytorchs_result_once_for_its_variants():
+    """Variants checked at one point share a memo: the operator's error scale and PyTorch's own result are computed
+    for the first and reused by the rest (the same bars)."""
+    from dataclasses import replace
+
+    calls = []
+    base = _two_output_operator()
+
+    def counted(name, f):
+        def g(*a):
+            calls.append(name)
+            return f(*a)
+        return g
+
+    op = replace(base, error_scale=counted("scale", lambda t: tuple(r.abs() for r in _two_output_reference(t))),
+                 framework_result=counted("framework", _right))
+    x = inputs.make_input(Shape(8, 100), torch.bfloat16, "cpu", 5)
+    memo = {}
+    results = [check.check(_right, x, False, op=op, memo=memo) for _ in range(3)]
+    assert all(r.ok for r in results) and sorted(calls) == ["framework", "scale"]
+    check.check(_right, x, False, op=op)
+    assert len(calls) == 4  # without a memo, each check computes its own
