@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The linear cross-entropy's device calls, one step a call (run from the repository root on the GPU machine, the
+# build carried as in device_call.sh; $OUT the device tool's folder):
+#   bash scripts/remote/heads.sh tests   the GPU tests of lab.linear_cross_entropy and lab.cross_entropy, the
+#                                        README's example, both head operators' suites in three dtypes, then the
+#                                        randomized testing of both without the peers (fuzz_*.json)
+#   bash scripts/remote/heads.sh lab     the lab run of linear_cross_entropy in bfloat16 with the peers installed
+#                                        (interrupted at 550 s, it saves what it has): results.tgz
+#   bash scripts/remote/heads.sh loss    the same of linear_cross_entropy_loss, then the peers' randomized testing
+# Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STEP=${1:?tests, lab or loss}
+# shellcheck source=scripts/remote/device_call.sh
+source scripts/remote/device_call.sh
+export OUT=${OUT:-build/remote}
+mkdir -p "$OUT"
+
+fuzz() {  # OP CASES ONLY: randomized cases of small heads, the JSON in $OUT
+  timeout -s INT "$4" python -m lab.fuzz --op "$1" --cases "$2" --only "$3" --max-elements 2000000 \
+    --json "$OUT/fuzz_$1_$5.json" 2>&1 | tail -6
+}
+
+case "$STEP" in
+  tests)
+    begin_call
+    { timeout 240 python -m pytest -q -m gpu tests/test_linear_cross_entropy.py tests/test_cross_entropy.py \
+        tests/test_readme.py 2>&1 | tail -4
+      timeout 120 python -m pytest -q -m gpu tests/test_operators.py -k linear_cross_entropy 2>&1 | tail -3
+      fuzz linear_cross_entropy 250 'lab.*,torch.*,triton.*' 90 lab
+      fuzz linear_cross_entropy_loss 200 'lab.*,torch.*' 60 lab
+    } 2>&1 | tee "$OUT/tests.txt"
+    ;;
+  lab)
+    begin_peers_call
+    timeout -s INT 550 python -m lab.test --op linear_cross_entropy -d bfloat16 --out "$OUT/res" 2>&1 \
+      | grep -vE "^\[[0-9]+/" > "$OUT/lab.txt"
+    tail -40 "$OUT/lab.txt"
+    tar -czf "$OUT/results.tgz" -C "$OUT/res" .
+    ;;
+  loss)
+    begin_peers_call
+    timeout -s INT 330 python -m lab.test --op linear_cross_entropy_loss -d bfloat16 --out "$OUT/res" 2>&1 \
+      | grep -vE "^\[[0-9]+/" > "$OUT/loss.txt"
+    tail -30 "$OUT/loss.txt"
+    tar -czf "$OUT/results.tgz" -C "$OUT/res" .
+    { fuzz linear_cross_entropy 150 'peer.*' 120 peers
+      fuzz linear_cross_entropy_loss 150 'peer.*' 60 peers
+    } 2>&1 | tee "$OUT/fuzz_peers.txt"
+    ;;
+  *) echo "unknown step $STEP (tests, lab or loss)"; exit 2 ;;
+esac
