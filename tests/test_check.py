@@ -516,3 +516,18 @@ def test_a_points_memo_computes_the_scale_and_pytorchs_result_once_for_its_varia
     assert all(r.ok for r in results) and sorted(calls) == ["framework", "scale"]
     check.check(_right, x, False, op=op)
     assert len(calls) == 4  # without a memo, each check computes its own
+
+
+def test_a_reference_of_zeros_takes_the_floor_from_the_error_scale():
+    """Gradients floored by |ref| (framework_floor_from_scale False) whose reference is 0 everywhere (a vocabulary
+    of one class: every gradient exactly 0): a float32 rounding of the scale passes, where |ref|'s floor of 0 fails
+    it; an error of a hundredth of the scale still fails."""
+    ref = torch.zeros(4, dtype=torch.float64)
+    scale = torch.full((4,), 1.5, dtype=torch.float64)
+    tol = check.Tolerance(rtol=1e-2, atol_rel=1e-5, norm_tol=1e-2)
+    y = ref + 2.0**-23
+    assert not check.framework_bound(y, ref.clone(), ref, tol).ok
+    assert check.framework_bound(y, ref.clone(), ref, tol, zero_ref_scale=scale).ok
+    assert not check.framework_bound(ref + 1.5e-2, ref.clone(), ref, tol, zero_ref_scale=scale).ok
+    nonzero = torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
+    assert not check.framework_bound(nonzero + 2e-3, nonzero.clone(), nonzero, tol, zero_ref_scale=scale).ok

@@ -174,7 +174,8 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
     |x_i| . |w_j| (+ |b_j|), and moves each probability by p_ij times that; the gradient of the logits' scale is
     cross_entropy's (its terms' size, as error_scale there says) plus p_ij E_i, times the row's weight in the loss:
     call it S (plus the dtype's subnormal step, over rtol: a rounded dlogits' absolute error). Then dx's scale is
-    S |W|, dweight's S^T |x|, dbias's S summed over the tokens, and the loss's is
+    S |W|, dweight's S^T |x| (each plus float32's subnormal step for each product they add up), dbias's S summed over
+    the tokens, and the loss's is
     cross_entropy's plus E_i, reduced as the loss is. In float64, chunk by chunk (hidden states of 1e-38 make
     products that float32 flushes to 0). Without with_grad, (the loss's,)."""
     m, k = x.shape
@@ -185,9 +186,13 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
     chunk_options = _per_chunk(options)
     scale = _upstream(_counted(target, options), options)
     counted = target != options.ignore_index
-    # A dlogits element rounds to the dtype's subnormal step at worst (probabilities of 1e-7 are 0 or 2^-24 in
-    # float16): as an absolute error, it takes this share of the scale (compare's rtol * scale).
-    subnormal = torch.finfo(x.dtype).smallest_normal * torch.finfo(x.dtype).eps / TOLERANCES[x.dtype].rtol
+    # Absolute roundings, as shares of the scale (compare's rtol * scale): a dlogits element, scaled by its row's
+    # weight, rounds to the dtype's subnormal step at worst (probabilities of 1e-7 are 0 or 2^-24 in float16; every
+    # token's alike where their hidden states are, and the M of them add up in dW); and each product that dx and dW
+    # add up (N and M of them) to float32's (hidden states of 1e-38: products of 1e-41).
+    rtol = TOLERANCES[x.dtype].rtol
+    subnormal = _subnormal_step(x.dtype) / rtol
+    product = _subnormal_step(torch.float32) / rtol
     if with_grad:
         dx = torch.empty(m, k, dtype=torch.float64, device=x.device)
         dweight = torch.zeros(n, k, dtype=torch.float64, device=x.device)
@@ -205,13 +210,18 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
             continue
         z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
         p = torch.softmax(z, -1).nan_to_num_(nan=0.0)
-        s_chunk = (grad_scale[0] + p * biggest + subnormal) * counted[s:e].unsqueeze(-1) * scale
-        dx[s:e] = s_chunk @ aw
-        dweight += s_chunk.t() @ ax[s:e]
+        s_chunk = ((grad_scale[0] + p * biggest) * scale + subnormal) * counted[s:e].unsqueeze(-1)
+        dx[s:e] = s_chunk @ aw + counted[s:e].unsqueeze(-1) * (n * product)
+        dweight += s_chunk.t() @ ax[s:e] + counted[s:e].sum() * product
         if bias is not None:
             dbias += s_chunk.sum(0)
     loss = (rows if options.reduction == "none" else rows.sum() * scale).nan_to_num(nan=0.0, posinf=0.0)
     return (loss, dx, dweight, dbias) if with_grad else (loss,)
+
+
+def _subnormal_step(dtype: torch.dtype) -> float:
+    """The spacing of the dtype's subnormal numbers (2^-24 in float16, 2^-149 in float32)."""
+    return torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device | str, seed: int = 0,
