@@ -4,13 +4,14 @@
 #   bash scripts/remote/heads.sh tests   the GPU tests of lab.linear_cross_entropy and lab.cross_entropy, the
 #                                        README's example, both head operators' suites in three dtypes, then the
 #                                        randomized testing of both without the peers (fuzz_*.json)
+#   bash scripts/remote/heads.sh fuzz    the head operators' suites in three dtypes and the randomized testing alone
 #   bash scripts/remote/heads.sh lab     the lab run of linear_cross_entropy in bfloat16 with the peers installed
 #                                        (interrupted at 550 s, it saves what it has): results.tgz
 #   bash scripts/remote/heads.sh loss    the same of linear_cross_entropy_loss, then the peers' randomized testing
 # Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?tests, lab or loss}
+STEP=${1:?tests, fuzz, lab or loss}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 export OUT=${OUT:-build/remote}
@@ -22,14 +23,16 @@ fuzz() {  # OP CASES ONLY: randomized cases of small heads, the JSON in $OUT
 }
 
 case "$STEP" in
-  tests)
+  tests|fuzz)
     begin_call
-    { timeout 240 python -m pytest -q -m gpu tests/test_linear_cross_entropy.py tests/test_cross_entropy.py \
-        tests/test_readme.py 2>&1 | tail -4
+    { if [ "$STEP" = tests ]; then
+        timeout 240 python -m pytest -q -m gpu tests/test_linear_cross_entropy.py tests/test_cross_entropy.py \
+          tests/test_readme.py 2>&1 | tail -4
+      fi
       timeout 120 python -m pytest -q -m gpu tests/test_operators.py -k linear_cross_entropy 2>&1 | tail -3
       fuzz linear_cross_entropy 250 'lab.*,torch.*,triton.*' 90 lab
       fuzz linear_cross_entropy_loss 200 'lab.*,torch.*' 60 lab
-    } 2>&1 | tee "$OUT/tests.txt"
+    } 2>&1 | tee "$OUT/$STEP.txt"
     ;;
   lab)
     begin_peers_call
@@ -48,5 +51,5 @@ case "$STEP" in
       fuzz linear_cross_entropy_loss 150 'peer.*' 60 peers
     } 2>&1 | tee "$OUT/fuzz_peers.txt"
     ;;
-  *) echo "unknown step $STEP (tests, lab or loss)"; exit 2 ;;
+  *) echo "unknown step $STEP (tests, fuzz, lab or loss)"; exit 2 ;;
 esac
