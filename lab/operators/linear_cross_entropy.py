@@ -398,5 +398,5 @@ LINEAR_CROSS_ENTROPY_LOSS = register_operator(dataclasses.replace(
     output_names=("loss",),
     flops=lambda shape: flops(shape) // 3,
     ceiling=lambda *inputs: ceiling(*inputs, with_grad=False),
-    ceiling_label="the logits' matmul",
+    ceiling_label="logits' matmul",
 ))
