@@ -210,7 +210,8 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
             continue
         z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
         p = torch.softmax(z, -1).nan_to_num_(nan=0.0)
-        s_chunk = ((grad_scale[0] + p * biggest) * scale + subnormal) * counted[s:e].unsqueeze(-1)
+        # An ignored row carries nothing, NaN hidden states included (a product with 0 would be NaN).
+        s_chunk = torch.where(counted[s:e].unsqueeze(-1), (grad_scale[0] + p * biggest) * scale + subnormal, 0.0)
         dx[s:e] = s_chunk @ aw + counted[s:e].unsqueeze(-1) * (n * product)
         dweight += s_chunk.t() @ ax[s:e] + counted[s:e].sum() * product
         if bias is not None:
