@@ -17,9 +17,16 @@ source scripts/remote/device_call.sh
 export OUT=${OUT:-build/remote}
 mkdir -p "$OUT"
 
-fuzz() {  # OP CASES ONLY: randomized cases of small heads, the JSON in $OUT
+fuzz() {  # OP CASES ONLY SECONDS NAME: randomized cases of small heads; $OUT/fuzz_OP_NAME.json if done in SECONDS
   timeout -s INT "$4" python -m lab.fuzz --op "$1" --cases "$2" --only "$3" --max-elements 2000000 \
     --json "$OUT/fuzz_$1_$5.json" 2>&1 | tail -6
+}
+
+lab_run() {  # OP SECONDS LOG: the lab run of OP in bfloat16, interrupted at SECONDS (it saves what it has), packed
+  timeout -s INT "$2" python -m lab.test --op "$1" -d bfloat16 --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" \
+    > "$OUT/$3.txt"
+  tail -40 "$OUT/$3.txt"
+  tar -czf "$OUT/results.tgz" -C "$OUT/res" .
 }
 
 case "$STEP" in
@@ -36,19 +43,13 @@ case "$STEP" in
     ;;
   lab)
     begin_peers_call
-    timeout -s INT 550 python -m lab.test --op linear_cross_entropy -d bfloat16 --out "$OUT/res" 2>&1 \
-      | grep -vE "^\[[0-9]+/" > "$OUT/lab.txt"
-    tail -40 "$OUT/lab.txt"
-    tar -czf "$OUT/results.tgz" -C "$OUT/res" .
+    lab_run linear_cross_entropy 550 lab
     ;;
   loss)
     begin_peers_call
-    timeout -s INT 330 python -m lab.test --op linear_cross_entropy_loss -d bfloat16 --out "$OUT/res" 2>&1 \
-      | grep -vE "^\[[0-9]+/" > "$OUT/loss.txt"
-    tail -30 "$OUT/loss.txt"
-    tar -czf "$OUT/results.tgz" -C "$OUT/res" .
-    { fuzz linear_cross_entropy 150 'peer.*' 120 peers
-      fuzz linear_cross_entropy_loss 150 'peer.*' 60 peers
+    lab_run linear_cross_entropy_loss 330 loss
+    { fuzz linear_cross_entropy 30 'peer.*' 120 peers
+      fuzz linear_cross_entropy_loss 80 'peer.*' 70 peers
     } 2>&1 | tee "$OUT/fuzz_peers.txt"
     ;;
   *) echo "unknown step $STEP (tests, fuzz, lab or loss)"; exit 2 ;;
