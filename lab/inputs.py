@@ -61,9 +61,16 @@ FIXED_NS = (32, 64, 128, 256, 512, 1024, 4096, 16384, 65536, 262144)
 TUTORIAL_M = 4096
 TUTORIAL_NS = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 
+# Vocabularies of real models: Llama 2 and Mistral, GPT-2, Llama 3, Qwen 2, Gemma.
+VOCABULARIES = (32000, 50257, 128256, 151936, 256000)
+# A batch's rows at decode time: a softmax over the vocabulary per sequence, for sampling the next token.
+DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64)
+
 SWEEPS: dict[str, tuple[Shape, ...]] = {
     "fixed": tuple(Shape(FIXED_ELEMENTS // n, n) for n in FIXED_NS),
     "tutorial": tuple(Shape(TUTORIAL_M, n) for n in TUTORIAL_NS),
+    # Few rows of a vocabulary's length, as sampling at decode time gives (python -m lab.test -s decode).
+    "decode": tuple(Shape(m, v) for v in VOCABULARIES for m in DECODE_ROWS),
     # A few points across the range, for a fast look on a GPU.
     "quick": (Shape(65536, 128), Shape(16384, 1024), Shape(4096, 16384), Shape(256, 262144)),
     # Without a GPU: small enough for the CPU and for the Triton interpreter.

@@ -347,6 +347,48 @@ def plot_entries(results: list[Result], path: Path, title: str, x_label: str = "
     return True
 
 
+def repeats_n(results: list[Result]) -> bool:
+    """Whether some row length comes with several row counts (the decode sweep: few rows of each vocabulary), so that
+    a line against N would zigzag."""
+    seen: dict[int, set[int]] = {}
+    for r in results:
+        seen.setdefault(r.n, set()).add(r.m)
+    return any(len(ms) > 1 for ms in seen.values())
+
+
+def plot_rows(results: list[Result], path: Path, title: str) -> bool:
+    """Percent of the same-run copy against M, a panel per row length N (a row of panels per dtype), one line per
+    variant: for sweeps of few rows at each of a few lengths (repeats_n)."""
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    ns = sorted({r.n for r in results})
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, grid = plt.subplots(len(dtypes), len(ns), figsize=(4.2 * len(ns), 3.6 * len(dtypes)), squeeze=False,
+                             sharey=True)
+    styles = _line_styles(results)
+    for row, dtype in zip(grid, dtypes, strict=True):
+        for ax, n in zip(row, ns, strict=True):
+            ax.axhline(100, color="k", ls="--", lw=1.5, label="copy (100%)")
+            rs = [r for r in results if r.dtype == dtype and r.n == n]
+            for v in dict.fromkeys(r.variant for r in rs):
+                pts = sorted((r.m, r.pct_copy) for r in rs if r.variant == v and r.status == "ok" and r.pct_copy)
+                if pts:
+                    ax.plot([m for m, _ in pts], [p for _, p in pts], **styles[v])
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("M (rows)")
+            ax.set_title(f"{title}, {dtype}: N={n}", fontsize=9)
+            ax.grid(True, alpha=0.3)
+    for row in grid:
+        row[0].set_ylabel("% of the same-run copy")
+    _finish(plt, fig, [ax for row in grid for ax in row], path, "% of the same-run copy")
+    return True
+
+
 def plot_compute(results: list[Result], path: Path, title: str, ceiling_label: str) -> bool:
     """For an operator built on matmuls, one dtype: the median time (top) and the peak memory a call allocated above
     its inputs (bottom) against M (the tokens), a column per (K, N) pair (a language model's head: hidden size,
@@ -397,7 +439,8 @@ def plot_compute(results: list[Result], path: Path, title: str, ceiling_label: s
 
 def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
     """Per sweep of `results` (one operator's), the plots drawn into `out`: `<sweep>.png` (plot) and, where a
-    fast entry was timed, `<sweep>_entries.png` (plot_entries); for an operator built on matmuls,
+    fast entry was timed, `<sweep>_entries.png` (plot_entries); for a sweep of several row counts per row length,
+    `<sweep>.png` alone (plot_rows); for an operator built on matmuls,
     `<sweep>_<dtype>.png` (plot_compute) per dtype. Nothing where matplotlib is missing."""
     drawn: dict[str, list[Path]] = {}
     for sweep in dict.fromkeys(r.sweep for r in results):
@@ -409,6 +452,10 @@ def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
                 path = out / f"{sweep}_{dtype}.png"
                 if plot_compute([r for r in rs if r.dtype == dtype], path, f"{title}, {dtype}", op.ceiling_label):
                     files.append(path)
+            continue
+        if repeats_n(rs):
+            if plot_rows(rs, out / f"{sweep}.png", title):
+                files.append(out / f"{sweep}.png")
             continue
         if plot(rs, out / f"{sweep}.png", title, op.x_label, op.bytes_formula):
             files.append(out / f"{sweep}.png")

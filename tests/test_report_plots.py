@@ -49,6 +49,22 @@ def test_plots_are_written(tmp_path):
     assert not (tmp_path / "c.png").exists()
 
 
+def test_a_sweep_of_few_rows_per_length_is_drawn_against_the_rows(tmp_path):
+    """The decode sweep (several M at each N): one panel per N with M on the x axis, instead of a line against N
+    that would zigzag; a sweep of one M per N keeps the plot against N."""
+    from dataclasses import replace
+
+    from lab import operators
+
+    decode = [replace(r, sweep="decode", m=m, n=n) for m in (1, 8, 64) for n in (32000, 128256)
+              for r in RUN if r.n == 256]
+    assert report.repeats_n(decode) and not report.repeats_n(RUN)
+    files = report.sweep_plots(decode + RUN, operators.get("softmax"), tmp_path)
+    assert files == {"decode": [tmp_path / "decode.png"],
+                     "fixed": [tmp_path / "fixed.png", tmp_path / "fixed_entries.png"]}
+    assert (tmp_path / "decode.png").stat().st_size > 10_000
+
+
 def test_redraw_a_saved_run(tmp_path, capsys):
     tutorial = [record(r.variant, r.backend, r.n, r.pct_copy, sweep="tutorial") for r in RUN]
     path = tmp_path / "results.json"

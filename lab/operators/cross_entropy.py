@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from lab import inputs
-from lab.inputs import Shape
+from lab.inputs import VOCABULARIES, Shape
 from lab.operators import Operator, register_operator, softmax
 from lab.registry import Traffic
 
@@ -236,8 +236,6 @@ def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
 # its CPU ones, for PyTorch's in-order sums).
 TOLERANCES, CPU_TOLERANCES = softmax.TOLERANCES, softmax.CPU_TOLERANCES
 
-# Vocabularies of real models: Llama 2 and Mistral, GPT-2, Llama 3, Qwen 2, Gemma.
-VOCABULARIES = (32000, 50257, 128256, 151936, 256000)
 # Up to 2^30 logits a point: the float64 reference (8 bytes a logit, twice: loss graph and gradient) stays within
 # a GPU's memory beside the logits, their gradient and the check.
 MAX_LOGITS = 2**30
