@@ -245,9 +245,9 @@ def zipf_targets(m: int, n: int, generator: torch.Generator, device: torch.devic
     1 / (r + 1). A frequent class's row of dW then adds up the hidden states of many tokens, in every chunk of them
     (with a Llama 3 vocabulary, class 0 is 8% of the tokens): where the chunks' sums are rounded to 16 bits one at a
     time, that row drifts, which the check sees (uniform targets leave most rows a token or none)."""
-    weights = torch.arange(1, max(1, n) + 1, dtype=torch.float64, device=device).reciprocal_().cumsum_(0)
-    draw = torch.rand(m, generator=generator, device=device, dtype=torch.float64) * weights[-1]
-    return torch.searchsorted(weights, draw).clamp_(max=max(1, n) - 1)
+    cumulative = torch.arange(1, max(1, n) + 1, dtype=torch.float64, device=device).reciprocal_().cumsum_(0)
+    draw = torch.rand(m, generator=generator, device=device, dtype=torch.float64) * cumulative[-1]
+    return torch.searchsorted(cumulative, draw).clamp_(max=max(1, n) - 1)
 
 
 def special_cases(dtype: torch.dtype, device: torch.device | str, seed: int):
