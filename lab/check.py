@@ -245,8 +245,9 @@ def framework_bound(y: torch.Tensor, framework: torch.Tensor, ref: torch.Tensor,
                     scale: torch.Tensor | None = None, zero_ref_scale: torch.Tensor | None = None) -> CheckResult:
     """A passed comparison held to PyTorch's own error as well: max|y - ref| <= FRAMEWORK_ERROR_FACTOR *
     max|framework - ref| + floor * max(scale) over the elements where the reference is finite, scale the operator's
-    error scale (|ref| without one), as in compare, floor the larger of atol_rel and half a 16-bit output's eps (one
-    rounding of its largest value). The floor keeps a framework that happens to be exact from failing every rounding:
+    error scale (|ref| without one), as in compare, floor the larger of atol_rel and half a 16-bit output's eps (times
+    the largest value: half an ulp to an ulp of it, as far as a result summed in another order may round; for every
+    operator held to PyTorch's error). The floor keeps a framework that happens to be exact from failing every rounding:
     a soft-capped row of one logit has loss and gradient 0, which PyTorch gets exactly and a kernel that computes the
     cap twice gets a float32 ulp of it off (GPU fuzz, bfloat16 2 x 1); |ref| is 0 there, the scale is not. And
     PyTorch's 16-bit result may land 0.4 ulp from the exact one where one summed in another order lands 1.1 ulps

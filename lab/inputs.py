@@ -69,13 +69,17 @@ DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64)
 SWEEPS: dict[str, tuple[Shape, ...]] = {
     "fixed": tuple(Shape(FIXED_ELEMENTS // n, n) for n in FIXED_NS),
     "tutorial": tuple(Shape(TUTORIAL_M, n) for n in TUTORIAL_NS),
-    # Few rows of a vocabulary's length, as sampling at decode time gives (python -m lab.test -s decode).
+    # Few rows of a vocabulary's length, as sampling at decode time gives (python -m lab.test -s decode): drawn
+    # against M (BY_ROWS).
     "decode": tuple(Shape(m, v) for v in VOCABULARIES for m in DECODE_ROWS),
     # A few points across the range, for a fast look on a GPU.
     "quick": (Shape(65536, 128), Shape(16384, 1024), Shape(4096, 16384), Shape(256, 262144)),
     # Without a GPU: small enough for the CPU and for the Triton interpreter.
     "cpu": (Shape(256, 32), Shape(256, 128), Shape(128, 1000), Shape(64, 1024), Shape(16, 4096)),
 }
+
+BY_ROWS = ("decode",)
+"""The sweeps drawn against M, a panel per N (report.plot_rows): a few row counts at each of a few lengths."""
 
 # Every branch of every variant: M = 0 and 1, N = 1, odd N, N not a multiple of 4 or 8 (scalar
 # tails), both sides of the CUDA threads-per-block steps (one 16-byte pack per thread, 32 to 512

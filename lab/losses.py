@@ -176,14 +176,12 @@ def chunk_tokens_for(tokens: int, vocab: int, hidden: int, itemsize: int, accumu
     """The tokens of a chunk by default: every token in one chunk where that takes no more memory than chunking would;
     else LOGITS_CHUNK_BYTES of logits a chunk, a multiple of 256 (at least 256). One chunk holds every logit and
     dweight; chunks hold one chunk's logits beside dweight's sum in the accumulate dtype, then that sum beside dweight
-    (the chunk's buffer freed). One chunk is also the fastest (dweight from one matmul, nothing added up: as PyTorch
-    computes it); at V = 128256 and K = 4096 in bfloat16 with float32 sums, chunks take less memory past 8192 tokens."""
+    (the chunk's buffer freed; the mean's factor makes a new dweight whatever the accumulate dtype). One chunk is also
+    the fastest (dweight from one matmul, nothing added up: as PyTorch computes it); at V = 128256 and K = 4096 in
+    bfloat16 with float32 sums, chunks take less memory past 8192 tokens."""
     weights = vocab * hidden
     one_chunk = (tokens * vocab + weights) * itemsize
-    if accumulate_itemsize == itemsize:
-        chunked = LOGITS_CHUNK_BYTES + weights * itemsize
-    else:
-        chunked = max(LOGITS_CHUNK_BYTES + weights * accumulate_itemsize, weights * (accumulate_itemsize + itemsize))
+    chunked = max(LOGITS_CHUNK_BYTES + weights * accumulate_itemsize, weights * (accumulate_itemsize + itemsize))
     if one_chunk <= chunked:
         return max(1, tokens)
     return max(256, LOGITS_CHUNK_BYTES // (vocab * itemsize) // 256 * 256)

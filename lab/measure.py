@@ -61,7 +61,8 @@ def out_of_memory(device: torch.device) -> str:
     """The reason a variant that ran out of memory is skipped at a point (and its memory given back)."""
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
-    return f"{OUT_OF_MEMORY} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free beside this point's inputs)"
+    return (f"{OUT_OF_MEMORY} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free beside this point's inputs and "
+            "their checks' reference)")
 
 
 def run_suite(op: Operator, runnable: list[Runnable], dtypes: list[torch.dtype], device: torch.device,

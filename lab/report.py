@@ -347,18 +347,10 @@ def plot_entries(results: list[Result], path: Path, title: str, x_label: str = "
     return True
 
 
-def repeats_n(results: list[Result]) -> bool:
-    """Whether some row length comes with several row counts (the decode sweep: few rows of each vocabulary), so that
-    a line against N would zigzag."""
-    seen: dict[int, set[int]] = {}
-    for r in results:
-        seen.setdefault(r.n, set()).add(r.m)
-    return any(len(ms) > 1 for ms in seen.values())
-
-
 def plot_rows(results: list[Result], path: Path, title: str) -> bool:
     """Percent of the same-run copy against M, a panel per row length N (a row of panels per dtype), one line per
-    variant: for sweeps of few rows at each of a few lengths (repeats_n)."""
+    variant: for sweeps of a few row counts at each of a few lengths (inputs.BY_ROWS), where a line against N would
+    zigzag."""
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     ns = sorted({r.n for r in results})
     try:
@@ -439,9 +431,11 @@ def plot_compute(results: list[Result], path: Path, title: str, ceiling_label: s
 
 def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
     """Per sweep of `results` (one operator's), the plots drawn into `out`: `<sweep>.png` (plot) and, where a
-    fast entry was timed, `<sweep>_entries.png` (plot_entries); for a sweep of several row counts per row length,
+    fast entry was timed, `<sweep>_entries.png` (plot_entries); for a sweep drawn against M (inputs.BY_ROWS),
     `<sweep>.png` alone (plot_rows); for an operator built on matmuls,
     `<sweep>_<dtype>.png` (plot_compute) per dtype. Nothing where matplotlib is missing."""
+    from lab.inputs import BY_ROWS
+
     drawn: dict[str, list[Path]] = {}
     for sweep in dict.fromkeys(r.sweep for r in results):
         rs = [r for r in results if r.sweep == sweep]
@@ -453,7 +447,7 @@ def sweep_plots(results: list[Result], op, out: Path) -> dict[str, list[Path]]:
                 if plot_compute([r for r in rs if r.dtype == dtype], path, f"{title}, {dtype}", op.ceiling_label):
                     files.append(path)
             continue
-        if repeats_n(rs):
+        if sweep in BY_ROWS:
             if plot_rows(rs, out / f"{sweep}.png", title):
                 files.append(out / f"{sweep}.png")
             continue

@@ -443,9 +443,10 @@ def test_the_framework_bounds_floor_is_of_the_error_scale_where_the_operator_has
 
 
 def test_the_framework_bounds_floor_takes_one_rounding_of_a_16_bit_output():
-    """PyTorch's bfloat16 result exact by chance, ours one rounding of the largest value off (a correctly rounded
-    result of sums in another order): it passes in bfloat16 (floor half an ulp of 12: 2^-8 * 12), where atol_rel's
-    floor alone (1e-3 of 12) would fail it; two roundings off still fail, and a float32 output keeps atol_rel's."""
+    """PyTorch's bfloat16 result 0.01 from the exact 12.01, ours the other neighbour (0.0525 off, within an ulp: a
+    result of sums in another order): it passes in bfloat16 (floor 2^-8 * 12.01 = 0.047, three quarters of an ulp
+    there), where atol_rel's floor alone (0.012) would fail it; two neighbours off still fail, and a float32 output
+    keeps atol_rel's."""
     ref = torch.tensor([12.01, -3.0, 0.5], dtype=torch.float64)
     tol = check.Tolerance(rtol=3e-2, atol_rel=1e-3, norm_tol=8e-3)
     theirs = ref.bfloat16()  # 12.0: 0.01 off
@@ -521,7 +522,7 @@ def test_a_points_memo_computes_the_scale_and_pytorchs_result_once_for_its_varia
 def test_a_reference_of_zeros_takes_the_floor_from_the_error_scale():
     """Gradients floored by |ref| (framework_floor_from_scale False) whose reference is 0 everywhere (a vocabulary
     of one class: every gradient exactly 0): a float32 rounding of the scale passes, where |ref|'s floor of 0 fails
-    it; an error of a hundredth of the scale still fails."""
+    it; an error of a hundredth of the scale still fails; a reference not all 0 keeps |ref|'s floor."""
     ref = torch.zeros(4, dtype=torch.float64)
     scale = torch.full((4,), 1.5, dtype=torch.float64)
     tol = check.Tolerance(rtol=1e-2, atol_rel=1e-5, norm_tol=1e-2)
@@ -529,5 +530,5 @@ def test_a_reference_of_zeros_takes_the_floor_from_the_error_scale():
     assert not check.framework_bound(y, ref.clone(), ref, tol).ok
     assert check.framework_bound(y, ref.clone(), ref, tol, zero_ref_scale=scale).ok
     assert not check.framework_bound(ref + 1.5e-2, ref.clone(), ref, tol, zero_ref_scale=scale).ok
-    nonzero = torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)
-    assert not check.framework_bound(nonzero + 2e-3, nonzero.clone(), nonzero, tol, zero_ref_scale=scale).ok
+    nonzero = torch.tensor([1.0, 0, 0, 0], dtype=torch.float64)  # |ref|'s floor: 1e-5; the scale's would be 1.5e-5
+    assert not check.framework_bound(nonzero + 1.2e-5, nonzero.clone(), nonzero, tol, zero_ref_scale=scale).ok

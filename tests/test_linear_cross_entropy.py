@@ -298,9 +298,10 @@ def test_dweights_bar_is_twice_pytorchs_error_not_a_share_of_its_magnitudes():
 
 @pytest.mark.parametrize("sums, ok", [(torch.float32, True), (torch.bfloat16, False)], ids=["float32", "bfloat16"])
 def test_the_check_sees_dweight_drift_where_16_bit_sums_add_up_many_chunks(sums, ok):
-    """The operator's targets are drawn as words are (Zipf), so its frequent classes' rows of dW add up tokens in
-    every chunk: summed over 256 chunks, each sum rounded to bfloat16 (Liger's default, the seed's design), dW lands
-    past twice PyTorch's error; summed in float32 and rounded once it passes."""
+    """dW summed over 256 chunks of the operator's inputs, each chunk's sum rounded to bfloat16 (as Liger's default
+    and the seed's design add them), lands past twice PyTorch's error; the same chunks summed in float32 and rounded
+    once pass. (With 1000 classes every row of dW adds up every token's share, whatever the targets; at a real
+    vocabulary it is the targets' repeats that add up, which zipf_targets draws.)"""
     from lab import check
     from lab.inputs import Shape
     from lab.operators import get
@@ -316,6 +317,22 @@ def test_the_check_sees_dweight_drift_where_16_bit_sums_add_up_many_chunks(sums,
     result = check.check(chunked, case, False, op=op)
     assert result.ok is ok, result.summary()
     assert ok or "dweight: largest error" in result.message
+
+
+def test_the_targets_are_drawn_as_words_are():
+    """zipf_targets: every class in range, class r about 1 / ((r + 1) H_n) of them (H_n the harmonic number): at
+    128256 classes class 0 is 8% of the tokens and class 1 half as many, so their rows of dW add up thousands of
+    tokens."""
+    from lab.operators.linear_cross_entropy import zipf_targets
+
+    n = 128256
+    t = zipf_targets(200_000, n, torch.Generator().manual_seed(0), "cpu")
+    assert t.dtype == torch.int64 and int(t.min()) >= 0 and int(t.max()) < n
+    counts = torch.bincount(t, minlength=n).double() / t.numel()
+    harmonic = float((1.0 / torch.arange(1, n + 1, dtype=torch.float64)).sum())
+    assert counts[0].item() == pytest.approx(1 / harmonic, rel=0.03)
+    assert counts[1].item() == pytest.approx(1 / (2 * harmonic), rel=0.05)
+    assert zipf_targets(5, 1, torch.Generator().manual_seed(0), "cpu").tolist() == [0] * 5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)

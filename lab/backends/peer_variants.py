@@ -282,10 +282,12 @@ def build_liger_linear(with_grad: bool = True, accum_dtype: torch.dtype | None =
                         "LigerFusedLinearCrossEntropyLoss")
     from lab.operators.linear_cross_entropy import evaluation, train_step
 
+    extra = {} if accum_dtype is None else {"accum_dtype": accum_dtype}  # older releases lack the argument
+
     def liger_loss(x, weight, target, bias, options):
         loss = module(ignore_index=options.ignore_index, lse_square_scale=options.z_loss,
                       label_smoothing=options.label_smoothing, reduction=options.reduction, softcap=options.softcap,
-                      accum_dtype=accum_dtype)
+                      **extra)
         return loss(weight, x, target, bias)
 
     return train_step(liger_loss) if with_grad else evaluation(liger_loss)

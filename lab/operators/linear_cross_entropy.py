@@ -210,10 +210,12 @@ def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEF
             continue
         z = options.softcap * torch.tanh(logits / options.softcap) if options.softcap is not None else logits
         p = torch.softmax(z, -1).nan_to_num_(nan=0.0)
-        # An ignored row carries nothing, NaN hidden states included (a product with 0 would be NaN).
-        s_chunk = torch.where(counted[s:e].unsqueeze(-1), (grad_scale[0] + p * biggest) * scale + subnormal, 0.0)
-        dx[s:e] = s_chunk @ aw + counted[s:e].unsqueeze(-1) * (n * product)
-        dweight += s_chunk.t() @ ax[s:e] + counted[s:e].sum() * product
+        # An ignored row carries nothing (0 where a NaN in its hidden state made its terms NaN: a product with 0
+        # would spread it to every class's scale; in dW it stays where its hidden state is NaN, as in the reference).
+        rows_counted = counted[s:e].unsqueeze(-1)
+        s_chunk = torch.where(rows_counted, (grad_scale[0] + p * biggest) * scale + subnormal, 0.0)
+        dx[s:e] = s_chunk @ aw + rows_counted.double() * (n * product)
+        dweight += s_chunk.t() @ ax[s:e] + rows_counted.double().sum() * product
         if bias is not None:
             dbias += s_chunk.sum(0)
     loss = (rows if options.reduction == "none" else rows.sum() * scale).nan_to_num(nan=0.0, posinf=0.0)
