@@ -264,12 +264,18 @@ def _line_styles(results: list[Result]) -> dict[str, dict]:
     return styles
 
 
-def _figure(dtypes: list[str]):
+def _pyplot():
+    """matplotlib.pyplot on the file-only backend (ImportError where matplotlib is missing)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _figure(dtypes: list[str]):
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(dtypes), figsize=(7 * len(dtypes), 5), squeeze=False, sharey=True)
     return plt, fig, axes[0]
 
@@ -354,10 +360,7 @@ def plot_rows(results: list[Result], path: Path, title: str) -> bool:
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     ns = sorted({r.n for r in results})
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return False
     fig, grid = plt.subplots(len(dtypes), len(ns), figsize=(4.2 * len(ns), 3.6 * len(dtypes)), squeeze=False,
@@ -390,10 +393,7 @@ def plot_compute(results: list[Result], path: Path, title: str, ceiling_label: s
     if not timed:
         return False
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except ImportError:
         return False
     heads = sorted({(r.k, r.n) for r in timed}, key=lambda kn: (kn[0] or 0, kn[1]))

@@ -65,9 +65,9 @@ class Operator:
     also be within FRAMEWORK_ERROR_FACTOR times its error (lab/check.py): for losses and gradients in low
     precision, the bar the Cut Cross-Entropy and QuACK test suites use."""
     framework_floor_from_scale: bool | tuple[bool, ...] = True
-    """The floor of the framework bar (lab/check.py, framework_bound), for every output or one flag per output:
-    atol_rel times the largest error_scale (True), or times the largest |reference| where that is not 0 (False: an
-    output whose error_scale grows far past its size, as sums of many terms that cancel do)."""
+    """What the floor of the framework bar (lab/check.py, framework_bound) is a share of, for every output or one flag
+    per output: the largest error_scale (True), or the largest |reference| where that is not 0 (False: an output
+    whose error_scale grows far past its size, as sums of many terms that cancel do)."""
     shape_label: Callable[[Shape], str] = field(default=lambda s: s.label)
     x_label: str = "N (row length)"
     flops: Callable[[Shape], int] | None = None
