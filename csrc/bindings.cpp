@@ -513,6 +513,60 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 
 #endif  // LAB_HAS_SOFTMAX
 
+#ifdef LAB_HAS_SOFTMAX_BACKWARD
+// Tuning the softmax backward's cluster variant (scripts/tune/tune_backward_cluster.py):
+//   torch.ops.lab_tune.softmax_backward_cluster(Tensor y, Tensor dy, int shape, int cluster, bool persistent)
+//       -> Tensor   dx from the kernel with that shape (an index of the shapes below), cluster size and grid
+//       (errors where the slice does not fit the shape's registers); shape -1: two_pass
+//   torch.ops.lab_tune.softmax_backward_cluster_shapes() -> int[]   [threads, packs per thread] per shape, flattened
+//   torch.ops.lab_tune.softmax_backward_cluster_plan(int cols, ScalarType dtype, bool aligned=True) -> int[]
+//       [shape, cluster, persistent] of the launch table (shape -1: two_pass, past the registers)
+namespace {
+at::Tensor tune_softmax_backward_cluster(const at::Tensor& y, const at::Tensor& dy, int64_t shape, int64_t cluster,
+                                         bool persistent) {
+  const char* op = "softmax_backward_cluster (tuned)";
+  lab::check_rows(y, op);
+  lab::check_like(y, dy, op, "y", "dy");
+  at::Tensor out = at::empty(y.sizes(), y.options());
+  if (y.numel() == 0) return out;
+  const lab::RowsGradArgs args{y.data_ptr(), dy.data_ptr(), out.data_ptr(), y.size(0),        y.size(1),
+                               y.stride(0),  dy.stride(0),  out.stride(0),  lab::to_lab_dtype(y, op)};
+  const c10::cuda::CUDAGuard guard(y.device());
+  const cudaError_t err = lab::softmax_backward_cluster_with(args, static_cast<int>(shape), static_cast<int>(cluster),
+                                                             persistent, c10::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, "lab_tune::", op, ": shape ", shape, " in clusters of ", cluster, " does not hold rows of ",
+                y.size(1), " elements");
+  }
+  lab::check_cuda(err, op);
+  return out;
+}
+
+std::vector<int64_t> tune_softmax_backward_cluster_shapes() {
+  const int* flat = nullptr;
+  const int count = lab::softmax_backward_cluster_shapes(&flat);
+  return std::vector<int64_t>(flat, flat + 2 * count);
+}
+
+std::vector<int64_t> tune_softmax_backward_cluster_plan(int64_t cols, at::ScalarType dtype, bool aligned) {
+  const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
+  const lab::ClusterPlan plan = lab::softmax_backward_cluster_plan(
+      cols, lab::to_lab_dtype(probe, "softmax_backward_cluster_plan"), aligned);
+  return {plan.shape, plan.cluster, plan.persistent ? 1 : 0};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(lab_tune, m) {
+  m.def("softmax_backward_cluster(Tensor y, Tensor dy, int shape, int cluster, bool persistent) -> Tensor");
+  m.def("softmax_backward_cluster_shapes() -> int[]", &tune_softmax_backward_cluster_shapes);
+  m.def("softmax_backward_cluster_plan(int cols, ScalarType dtype, bool aligned=True) -> int[]",
+        &tune_softmax_backward_cluster_plan);
+}
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster); }
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster); }
+#endif  // LAB_HAS_SOFTMAX_BACKWARD
+
 #ifdef LAB_HAS_CROSS_ENTROPY
 // Tuning the cross-entropy kernel's launch (scripts/tune/tune_cross_entropy_cluster.py):
 //   torch.ops.lab_tune.cross_entropy_loss(Tensor logits, Tensor target, int shape, int cluster, bool persistent,

@@ -107,18 +107,23 @@ def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
 # Which softmax backward the lab measured fastest on the H200 by row length (the softmax_backward operator's
 # results): rows of up to 256 elements, cuda.register_cached (3244-4216 GB/s at M >= 262144, where triton.fused
 # makes 317-4060); up to 16384, triton.fused (cuda.register_cached within 0-5% of it in float32, 20-50% behind
-# in bfloat16); longer rows, cuda.two_pass (1-29% ahead of triton.looped, the only other variant there).
+# in bfloat16); longer rows, cuda.cluster on GPUs with thread-block clusters (one read of y and dy), else
+# cuda.two_pass (1-29% ahead of triton.looped, the only other variant there).
 BACKWARD_SHORT_ROWS = 256
 BACKWARD_TRITON_MAX_N = 16384
+BACKWARD_CLUSTER_CAPABILITY = (9, 0)  # thread-block clusters
 
 
-def backward_choice(n: int, on_cuda: bool) -> str:
-    """The backward fastest_backward runs for rows of n: a torch.ops.lab op's name, or "triton" (the
-    lab's Triton backward, which takes any N)."""
+def backward_choice(n: int, on_cuda: bool, capability: tuple[int, int] = BACKWARD_CLUSTER_CAPABILITY) -> str:
+    """The backward fastest_backward runs for rows of n on a GPU of that compute capability: a torch.ops.lab
+    op's name, or "triton" (the lab's Triton backward, which takes any N)."""
     if on_cuda and n <= BACKWARD_SHORT_ROWS and hasattr(torch.ops.lab, "softmax_backward_register_cached"):
         return "softmax_backward_register_cached"
-    if on_cuda and n > BACKWARD_TRITON_MAX_N and hasattr(torch.ops.lab, "softmax_backward_two_pass"):
-        return "softmax_backward_two_pass"
+    if on_cuda and n > BACKWARD_TRITON_MAX_N:
+        if capability >= BACKWARD_CLUSTER_CAPABILITY and hasattr(torch.ops.lab, "softmax_backward_cluster"):
+            return "softmax_backward_cluster"
+        if hasattr(torch.ops.lab, "softmax_backward_two_pass"):
+            return "softmax_backward_two_pass"
     return "triton"
 
 
@@ -127,7 +132,8 @@ def fastest_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it. Each is an op
     with a fake kernel (torch.ops.lab.*, torch.ops.lab_triton.*), so a compiled backward runs them too."""
     dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
-    choice = backward_choice(y.shape[-1], y.is_cuda)
+    capability = torch.cuda.get_device_capability(y.device) if y.is_cuda else (0, 0)
+    choice = backward_choice(y.shape[-1], y.is_cuda, capability)
     if choice != "triton" and y.numel():
         return getattr(torch.ops.lab, choice)(y, dy)
     try:

@@ -285,3 +285,23 @@ if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
                                 lambda t, i=index, p=persistent: torch.ops.lab_tune.cluster(t, i, 2, p), shape, dtype)
                     ran += 1
     print(f"softmax cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
+
+# softmax_backward's cluster shapes (csrc/softmax_backward/cluster.cu), through its tuning op: each on 3 rows split
+# over 2 CTAs (the last pack of each slice partly empty) and 9 rows of an odd length (shifted: every distance from a
+# boundary), and once over 16 CTAs (the largest cluster), on a persistent grid and one cluster per row.
+if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.variant:
+    op = operators.get("softmax_backward")
+    flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        for index in range(len(flat) // 2):
+            threads, packs = flat[2 * index], flat[2 * index + 1]
+            n = 2 * threads * packs * pack - 3 * pack
+            for shape, c in ((Shape(3, n), 2), (Shape(9, n - 1), 2), (Shape(2, 8 * threads * packs * pack + 5), 16)):
+                for persistent in (True, False):
+                    run_checked(op, f"softmax_backward cluster {threads}x{packs} c{c} persistent={persistent}",
+                                lambda y, dy, i=index, c=c, p=persistent:
+                                torch.ops.lab_tune.softmax_backward_cluster(y, dy, i, c, p), shape, dtype)
+                    ran += 1
+    print(f"softmax_backward cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)

@@ -156,14 +156,17 @@ def test_naive_composition_gradient_on_a_long_row_of_near_equal_values():
 
 
 def test_the_cuda_ops_backward_is_the_one_measured_fastest_for_the_row_length():
-    """Short rows to cuda.register_cached, medium ones to the Triton backward, long ones to cuda.two_pass
-    (on a GPU with lab._C built); the Triton backward on the CPU."""
+    """Short rows to cuda.register_cached, medium ones to the Triton backward, long ones to cuda.cluster where
+    the GPU has thread-block clusters, else to cuda.two_pass (on a GPU with lab._C built); the Triton backward on
+    the CPU."""
     if not compiled_ops():
         pytest.skip("lab._C is not built")
     choice = ops.backward_choice
-    assert [choice(n, True) for n in (1, 256, 257, 16384, 16385, 2**20)] == [
+    assert [choice(n, True, (9, 0)) for n in (1, 256, 257, 16384, 16385, 2**20)] == [
         "softmax_backward_register_cached", "softmax_backward_register_cached", "triton", "triton",
-        "softmax_backward_two_pass", "softmax_backward_two_pass"]
+        "softmax_backward_cluster", "softmax_backward_cluster"]
+    assert [choice(n, True, (8, 0)) for n in (16384, 16385, 2**20)] == [
+        "triton", "softmax_backward_two_pass", "softmax_backward_two_pass"]
     assert {choice(n, False) for n in (1, 300, 2**20)} == {"triton"}
     y = torch.softmax(torch.randn(3, 40, dtype=torch.float64), -1).to(DEVICE, torch.float32)
     dy = torch.randn(3, 1, device=DEVICE).expand(3, 40)  # strides (1, 0): made contiguous first

@@ -112,7 +112,7 @@ __device__ __forceinline__ int opaque(int v) {
   return v;
 }
 
-// --- the exchange: every warp's (m, d) to every CTA of the cluster, once per row ------------------
+// --- the exchange: every warp's state to every CTA of the cluster, once per row -----------------
 //
 // Each warp reduces its threads' states, then lane r of every warp stores the warp's state into
 // CTA r's slots with st.async, which completes on CTA r's mbarrier (counting bytes). A CTA waits on
@@ -128,10 +128,38 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-struct Exchange {
-  uint64_t bar[2];
-  MaxSum slots[2][kMaxCluster * kMaxWarps];  // [parity][rank * warps + warp]
+// What the exchange carries, per Rule: a State (8 bytes at most), the warp's state from its threads' (warp), two
+// states' merge (merge, identity), and the st.async that sends one into a peer's slot (send).
+// MaxSumRule: softmax's online (m, d). SumRule: a plain float sum (the backward's sum(dy * y) over the row).
+struct MaxSumRule {
+  using State = MaxSum;
+  __device__ __forceinline__ static MaxSum warp(MaxSum s) { return warp_state(s); }
+  __device__ __forceinline__ static MaxSum identity() { return MaxSumMerge::identity(); }
+  __device__ __forceinline__ static MaxSum merge(MaxSum a, MaxSum b) { return MaxSumMerge{}(a, b); }
+  __device__ __forceinline__ static void send(unsigned slot, unsigned peer_bar, MaxSum s) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(slot),
+                 "f"(s.m), "f"(s.d), "r"(peer_bar)
+                 : "memory");
+  }
 };
+struct SumRule {
+  using State = float;
+  __device__ __forceinline__ static float warp(float s) { return warp_allreduce(s, SumOp{}); }
+  __device__ __forceinline__ static float identity() { return 0.0f; }
+  __device__ __forceinline__ static float merge(float a, float b) { return a + b; }
+  __device__ __forceinline__ static void send(unsigned slot, unsigned peer_bar, float s) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(slot),
+                 "r"(__float_as_uint(s)), "r"(peer_bar)
+                 : "memory");
+  }
+};
+
+template <typename State>
+struct ExchangeOf {
+  uint64_t bar[2];
+  State slots[2][kMaxCluster * kMaxWarps];  // [parity][rank * warps + warp]
+};
+using Exchange = ExchangeOf<MaxSum>;
 
 // The mbarriers must be set up, and visible to the cluster, before any peer sends to them: a cluster
 // barrier, split in two so that its latency hides behind the first row's loads. exchange_arrive,
@@ -141,7 +169,8 @@ struct Exchange {
 // are their sends into its slots, and each CTA's last row waits until all of them have landed, so
 // none is in flight when it exits (a CTA without rows, which the launchers never make, waits on
 // the barrier at the end instead).
-__device__ __forceinline__ void exchange_arrive(Exchange& ex, int c) {
+template <typename State>
+__device__ __forceinline__ void exchange_arrive(ExchangeOf<State>& ex, int c) {
   if (c == 1) return;
   if (threadIdx.x == 0) {
     for (int p = 0; p < 2; ++p) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&ex.bar[p])));
@@ -156,29 +185,30 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 
 // The row's state from this thread's state: warp reduction, exchange, merge. `row_index` counts
 // the rows this CTA has done (it picks the slot set and the mbarrier phase).
-template <int WARPS>
-__device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex, int row_index, int c,
-                                               unsigned rank) {
+template <int WARPS, typename Rule = MaxSumRule, typename State = typename Rule::State>
+__device__ __forceinline__ State exchange_row(State thread_state, ExchangeOf<State>& ex, int row_index, int c,
+                                              unsigned rank) {
+  static_assert(sizeof(State) <= 8, "a state is sent by one st.async");
   constexpr int kStates = WARPS * kMaxCluster;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int parity = row_index & 1;
   const unsigned phase = static_cast<unsigned>(row_index >> 1) & 1u;
-  const MaxSum w = warp_state(thread_state);
+  const State w = Rule::warp(thread_state);
   if (c == 1) {
     // One CTA: no distributed shared memory (compute-sanitizer rejects st.async::cluster in a
     // cluster of one block). The warps' states meet in this CTA's slots behind one barrier; the
     // parity double-buffering makes that one barrier per row enough, as for the mbarriers.
     if (lane == 0) ex.slots[parity][warp] = w;
     __syncthreads();
-    MaxSum s = lane < WARPS ? ex.slots[parity][lane] : MaxSumMerge::identity();
-    return warp_state(s);
+    State s = lane < WARPS ? ex.slots[parity][lane] : Rule::identity();
+    return Rule::warp(s);
   }
   if (row_index == 0) cluster_wait();  // every peer's mbarriers are set up (exchange_arrive)
   const unsigned bar = smem_u32(&ex.bar[parity]);
   if (threadIdx.x == 0) {  // this CTA expects warps x cluster states of 8 bytes
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                 "r"(static_cast<unsigned>(WARPS * c * sizeof(MaxSum)))
+                 "r"(static_cast<unsigned>(WARPS * c * sizeof(State)))
                  : "memory");
   }
   if (lane < c) {
@@ -186,9 +216,7 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
     unsigned peer_bar = bar;
     asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(slot) : "r"(lane));
     asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(peer_bar) : "r"(lane));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(slot),
-                 "f"(w.m), "f"(w.d), "r"(peer_bar)
-                 : "memory");
+    Rule::send(slot, peer_bar, w);
   }
   unsigned done = 0;
   do {
@@ -201,13 +229,13 @@ __device__ __forceinline__ MaxSum exchange_row(MaxSum thread_state, Exchange& ex
   } while (!done);
   // Each lane merges the states i = lane, lane + 32, ... of the WARPS x c received.
   const int n = WARPS * c;
-  MaxSum s = MaxSumMerge::identity();
+  State s = Rule::identity();
 #pragma unroll
   for (int i = 0; i < (kStates + kWarpSize - 1) / kWarpSize; ++i) {
     const int k = lane + i * kWarpSize;
-    if (k < n) s = MaxSumMerge{}(s, ex.slots[parity][k]);
+    if (k < n) s = Rule::merge(s, ex.slots[parity][k]);
   }
-  return warp_state(s);
+  return Rule::warp(s);
 }
 
 // After the row loop: a CTA that did no row still owes the cluster barrier its wait.

@@ -84,6 +84,19 @@ ClusterPlan cross_entropy_loss_plan(int64_t cols, int64_t rows, DType dtype, boo
 // The resident shapes (indices) compiled for the cross-entropy kernel in `dtype` (a pointer to them and their count).
 int cross_entropy_cluster_shapes(DType dtype, const int** shapes);
 
+// softmax_backward's cluster variant (csrc/softmax_backward/cluster.cu). Its plan for rows of `cols` elements of
+// `dtype` (aligned: y, dy and dx rows on 16-byte boundaries; else as shifted rows, a pack less one element longer):
+// shape indexes softmax_backward_cluster_shapes, or is kStreamingShape past the longest row its registers hold
+// (softmax_backward_cluster_max_cols), which two_pass takes.
+ClusterPlan softmax_backward_cluster_plan(int64_t cols, DType dtype, bool aligned);
+int64_t softmax_backward_cluster_max_cols(DType dtype);
+// Its CTA shapes, [threads, packs of y (and of dy) per thread] per shape, flattened (a pointer and the count).
+int softmax_backward_cluster_shapes(const int** flat);
+// The kernel with a given shape, cluster size and grid, for tuning: cudaErrorInvalidValue where the slice does not
+// fit the shape's registers; shape kStreamingShape: two_pass.
+cudaError_t softmax_backward_cluster_with(const RowsGradArgs& args, int shape, int cluster, bool persistent,
+                                          cudaStream_t stream);
+
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;
 

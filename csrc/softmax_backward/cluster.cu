@@ -1,0 +1,309 @@
+// cluster: dx = y * (dy - sum(dy * y)) per row, the row split across a Hopper thread-block cluster and held in
+// registers: y and dy read from HBM once, dx written once, at any length up to 16 CTAs' registers.
+//
+// Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r owns the r-th of C equal slices of it (whole 16-byte
+// packs). Each thread loads its packs of y and of dy straight into registers as loaded (16 bytes each, every load in
+// flight before the first use), sums dy * y over them in float32, and the row's sum s is reduced once per row: xor
+// shuffles in each warp, then each warp's partial sent to every CTA of the cluster through distributed shared
+// memory (exchange_row with SumRule, lab/cluster_rows.cuh: st.async into each CTA's slots, completed on its
+// mbarrier; no cluster barrier per row). Each thread then writes dx = y * (dy - s) from its registers.
+// Rows off 16-byte boundaries (odd N: row r of a contiguous tensor starts r * N elements in) are split from the
+// boundary below their start, as rows of up to a pack less one element longer, as the forward's SHIFTED rows are:
+// whole packs move as 16-byte accesses, the first and last element by element. That needs y, dy and dx rows equally
+// far past a boundary (contiguous tensors are); a row where they differ moves every element alone.
+// HBM traffic: read y and dy once, write dx once: 3 * M * N * itemsize bytes (2R + 1W).
+// Launch: by N and dtype, from kPlan32 and kPlan16: the CTA shape (threads, packs of each input per thread), the
+// cluster size and the grid: persistent (as many clusters as are resident, each looping over rows) or one
+// cluster per row (the hardware hands out rows as clusters retire).
+// Why: a row past one CTA's registers (16384 elements) was read twice by two_pass (4R + 1W), at 60% of a copy; one
+// read needs the whole row on chip, which only a cluster's registers hold. The sum is a plain float, so the
+// exchange carries one word per warp.
+// Limits: any M (rows past the grid's limit are looped over), any row strides; rows of up to kMaxCols32 float32 or
+// kMaxCols16 16-bit elements (the last plan entry: 16 CTAs of 512 threads holding 8 packs of each input); longer
+// rows take two_pass (2 reads of y and dy), so the variant's traffic model holds to those lengths.
+#include <algorithm>
+#include <cstdint>
+
+#include "lab/cluster_rows.cuh"
+
+namespace lab {
+
+cudaError_t softmax_backward_two_pass(const RowsGradArgs& a, cudaStream_t stream);  // two_pass.cu: rows of any length
+
+namespace {
+
+// A CTA shape: threads, and 16-byte packs of y (and as many of dy) per thread. Its registers of row data are
+// 8 x packs (two inputs, 4 words a pack), whatever the dtype.
+struct BackwardShape {
+  int threads;
+  int packs;
+};
+constexpr BackwardShape kShapes[] = {
+    {128, 4}, {256, 4}, {512, 4}, {128, 8}, {256, 8}, {512, 8},
+};
+constexpr int kShapeCount = sizeof(kShapes) / sizeof(BackwardShape);
+
+struct PlanEntry {
+  int64_t max_cols;
+  int shape;  // index into kShapes
+  int cluster;
+  bool persistent;
+};
+// The launch table by N (rows on 16-byte boundaries; shifted rows take the entry of their longest shifted row).
+constexpr PlanEntry kPlan32[] = {  // float32
+    {2048, 0, 1, false},   {4096, 1, 1, false},   {8192, 4, 1, false},   {16384, 4, 2, false},
+    {32768, 4, 4, false},  {65536, 4, 8, false},  {131072, 4, 16, false}, {262144, 5, 16, false},
+};
+constexpr PlanEntry kPlan16[] = {  // float16, bfloat16
+    {4096, 0, 1, false},   {8192, 1, 1, false},   {16384, 4, 1, false},   {32768, 4, 2, false},
+    {65536, 4, 4, false},  {131072, 4, 8, false}, {262144, 4, 16, false}, {524288, 5, 16, false},
+};
+
+template <size_t N>
+constexpr bool plan_fits(const PlanEntry (&plan)[N], int pack) {
+  for (size_t i = 0; i < N; ++i) {
+    const PlanEntry& e = plan[i];
+    if (i > 0 && plan[i - 1].max_cols >= e.max_cols) return false;
+    if (e.shape < 0 || e.shape >= kShapeCount || e.cluster < 1 || e.cluster > kMaxCluster) return false;
+    const BackwardShape& s = kShapes[e.shape];
+    if (slice_packs_of(e.max_cols, pack, false, e.cluster) > int64_t{s.threads} * s.packs) return false;
+  }
+  return true;
+}
+static_assert(plan_fits(kPlan32, 4) && plan_fits(kPlan16, 8), "a plan entry's slice exceeds its shape's registers");
+constexpr int64_t kMaxCols32 = kPlan32[sizeof(kPlan32) / sizeof(PlanEntry) - 1].max_cols;
+constexpr int64_t kMaxCols16 = kPlan16[sizeof(kPlan16) / sizeof(PlanEntry) - 1].max_cols;
+
+// Resident CTAs asked of __launch_bounds__: the row data plus about 40 registers for addresses and the loop (with 32,
+// 16-bit shifted rows spilled 8 bytes at 4 packs, 48-56 at 128 x 8).
+template <int THREADS, int PACKS>
+constexpr int kMinBlocks = std::max(1, 65536 / (THREADS * (8 * PACKS + 40)));
+
+// Elements of T in a 32-bit word: 1 float, or 2 16-bit elements (a CUDA pair, low element first).
+template <typename T>
+constexpr int kPerWord = 4 / static_cast<int>(sizeof(T));
+
+// Word i of the pack at element e0 of `row`, element by element: an element where in(e) is false reads as +0.
+template <typename T, typename In>
+__device__ __forceinline__ uint32_t element_word(const T* row, int e0, int i, In in) {
+  if constexpr (kPerWord<T> == 1) {
+    return in(e0 + i) ? __float_as_uint(row[e0 + i]) : 0u;
+  } else {
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(row);
+    const int e = e0 + 2 * i;
+    return (in(e) ? uint32_t{bits[e]} : 0u) | (in(e + 1) ? uint32_t{bits[e + 1]} : 0u) << 16;
+  }
+}
+
+// Stores the elements of word i of the pack at element e0 of `row` where in(e) holds.
+template <typename T, typename In>
+__device__ __forceinline__ void store_element_word(T* row, int e0, int i, uint32_t w, In in) {
+  if constexpr (kPerWord<T> == 1) {
+    if (in(e0 + i)) row[e0 + i] = __uint_as_float(w);
+  } else {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(row);
+    const int e = e0 + 2 * i;
+    if (in(e)) bits[e] = static_cast<uint16_t>(w & 0xFFFFu);
+    if (in(e + 1)) bits[e + 1] = static_cast<uint16_t>(w >> 16);
+  }
+}
+
+// sum(dy * y) over a word of y (a) and of dy (b), in float32.
+template <typename T>
+__device__ __forceinline__ float word_dot(uint32_t a, uint32_t b) {
+  if constexpr (kPerWord<T> == 1) {
+    return __uint_as_float(b) * __uint_as_float(a);
+  } else {
+    const float2 y2 = word_to_float2<T>(a), d2 = word_to_float2<T>(b);
+    return d2.x * y2.x + d2.y * y2.y;
+  }
+}
+
+// A word's two 16-bit elements as floats by other instructions than word_to_float2's (bfloat16: byte permutes;
+// float16: the halves swapped, converted, swapped back): the same values, which ptxas does not recognise as the
+// conversions word_dot made before the exchange. With word_to_float2 in both places it kept word_dot's floats live
+// across the exchange, twice the registers of the words, and spilled.
+template <typename T>
+__device__ __forceinline__ float2 word_to_float2_again(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return bfloat16_word_to_float2_by_permute(w);
+  } else {
+    const float2 f = word_to_float2<T>(__byte_perm(w, 0, 0x1032));  // the high element first
+    return make_float2(f.y, f.x);
+  }
+}
+
+// dx = y * (dy - s) for a word of y (a) and of dy (b), rounded to T.
+template <typename T>
+__device__ __forceinline__ uint32_t word_grad(uint32_t a, uint32_t b, float s) {
+  if constexpr (kPerWord<T> == 1) {
+    return __float_as_uint(__uint_as_float(a) * (__uint_as_float(b) - s));
+  } else {
+    const float2 y2 = word_to_float2_again<T>(a), d2 = word_to_float2_again<T>(b);
+    return float2_to_word<T>(y2.x * (d2.x - s), y2.y * (d2.y - s));
+  }
+}
+
+// ALIGNED: every row of y, dy and dx starts on a 16-byte boundary (the shifted form's h is 0 and every pack whole).
+template <typename T, int THREADS, int PACKS, bool ALIGNED>
+__global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
+    softmax_backward_cluster_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
+                                    int64_t rows, int cols, int64_t y_stride, int64_t dy_stride, int64_t dx_stride,
+                                    int slice_packs) {
+  constexpr int K = kPack<T>;
+  constexpr int kWarps = THREADS / kWarpSize;
+  static_assert(kWarps <= kMaxWarps, "the exchange has slots for kMaxWarps warps per CTA");
+  __shared__ ExchangeOf<float> ex;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int c = static_cast<int>(cluster.num_blocks());
+  const unsigned rank = cluster.block_rank();
+  const int tid = threadIdx.x;
+  const int p0 = static_cast<int>(rank) * slice_packs;  // this CTA's first pack of the (shifted) row
+  const auto shift_of = [](const void* p) {
+    return static_cast<int>(reinterpret_cast<uintptr_t>(p) % kVecBytes / sizeof(T));
+  };
+  exchange_arrive(ex, c);
+  int row_index = 0;
+  for (int64_t row = blockIdx.x / c; row < rows; row += gridDim.x / c, ++row_index) {
+    const T* yr = y + row * y_stride;
+    const T* dyr = dy + row * dy_stride;
+    T* dxr = dx + row * dx_stride;
+    // The row is the elements [h, h + cols) of its shifted row, which starts on the boundary at or below it.
+    int h = 0;
+    bool wide = true;  // packs of y, dy and dx may move whole (equally far past a boundary)
+    if constexpr (!ALIGNED) {
+      h = shift_of(yr);
+      wide = shift_of(dyr) == h && shift_of(dxr) == h;
+      yr -= h;
+      dyr -= h;
+      dxr -= h;
+    }
+    const int end = h + cols;
+    // This thread's packs are p0 + tid + k * THREADS; the first `n` of them are in this CTA's part of the row.
+    const int last = min(p0 + slice_packs, (end + K - 1) / K);
+    const int n = last > p0 + tid ? min(PACKS, (last - p0 - tid + THREADS - 1) / THREADS) : 0;
+    const auto first_of = [&](int k) { return (p0 + tid + k * THREADS) * K; };
+    const auto whole = [&](int k) { return wide && k < n && first_of(k) >= h && first_of(k) + K <= end; };
+    const auto in = [&](int k, int e) { return k < n && e >= h && e < end; };
+    uint32_t a[PACKS][kPackWords], b[PACKS][kPackWords];  // y's and dy's packs as loaded, 4 words each
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const int e0 = first_of(k);
+      if (whole(k)) {
+        const uint4 p = *reinterpret_cast<const uint4*>(yr + e0);
+        const uint4 q = *reinterpret_cast<const uint4*>(dyr + e0);
+        a[k][0] = p.x, a[k][1] = p.y, a[k][2] = p.z, a[k][3] = p.w;
+        b[k][0] = q.x, b[k][1] = q.y, b[k][2] = q.z, b[k][3] = q.w;
+      } else {  // a partial pack (or none): element by element, 0 outside the row (adding nothing to the sum)
+#pragma unroll
+        for (int i = 0; i < kPackWords; ++i) {
+          a[k][i] = element_word<T>(yr, e0, i, [&](int e) { return in(k, e); });
+          b[k][i] = element_word<T>(dyr, e0, i, [&](int e) { return in(k, e); });
+        }
+      }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+#pragma unroll
+      for (int i = 0; i < kPackWords; ++i) s += word_dot<T>(a[k][i], b[k][i]);
+    }
+    s = exchange_row<kWarps, SumRule>(s, ex, row_index, c, rank);
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+      const int e0 = first_of(k);
+      uint32_t out[kPackWords];
+#pragma unroll
+      for (int i = 0; i < kPackWords; ++i) out[i] = word_grad<T>(a[k][i], b[k][i], s);
+      if (whole(k)) {
+        *reinterpret_cast<uint4*>(dxr + e0) = make_uint4(out[0], out[1], out[2], out[3]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPackWords; ++i) store_element_word<T>(dxr, e0, i, out[i], [&](int e) { return in(k, e); });
+      }
+    }
+  }
+  exchange_finish(row_index, c);
+}
+
+bool rows_aligned(const RowsGradArgs& a) {
+  const int64_t bytes = elem_bytes(a.dtype);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; };
+  return aligned(a.y) && aligned(a.dy) && aligned(a.dx) && (a.y_row_stride * bytes) % kVecBytes == 0 &&
+         (a.dy_row_stride * bytes) % kVecBytes == 0 && (a.dx_row_stride * bytes) % kVecBytes == 0;
+}
+
+template <typename T, int THREADS, int PACKS>
+cudaError_t launch(const RowsGradArgs& a, int cluster, bool persistent, cudaStream_t stream) {
+  constexpr int K = kPack<T>;
+  const bool aligned = rows_aligned(a);
+  const int64_t slice_packs = slice_packs_of(a.cols, K, !aligned, cluster);
+  if (slice_packs > THREADS * PACKS) return cudaErrorInvalidValue;  // the slice must fit the registers
+  const auto args = [&](int, int64_t) {
+    return std::make_tuple(static_cast<const T*>(a.y), static_cast<const T*>(a.dy), static_cast<T*>(a.dx), a.rows,
+                           static_cast<int>(a.cols), a.y_row_stride, a.dy_row_stride, a.dx_row_stride,
+                           static_cast<int>(slice_packs));
+  };
+  return aligned ? launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, true>, cluster, THREADS, 0,
+                                   a.rows, persistent, stream, args)
+                 : launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, false>, cluster, THREADS, 0,
+                                   a.rows, persistent, stream, args);
+}
+
+template <int I = 0, typename F>
+cudaError_t dispatch_shape(int index, F&& f) {
+  if constexpr (I == kShapeCount) {
+    return cudaErrorInvalidValue;
+  } else {
+    if (index == I) return f(std::integral_constant<int, I>{});
+    return dispatch_shape<I + 1>(index, f);
+  }
+}
+
+cudaError_t launch_shape(const RowsGradArgs& a, int shape, int cluster, bool persistent, cudaStream_t stream) {
+  if (shape < 0 || shape >= kShapeCount || cluster < 1 || cluster > kMaxCluster) return cudaErrorInvalidValue;
+  return dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return dispatch_shape(shape, [&](auto i) {
+      constexpr BackwardShape s = kShapes[decltype(i)::value];
+      return launch<T, s.threads, s.packs>(a, cluster, persistent, stream);
+    });
+  });
+}
+
+}  // namespace
+
+int64_t softmax_backward_cluster_max_cols(DType dtype) {
+  return dtype == DType::kFloat32 ? kMaxCols32 : kMaxCols16;
+}
+
+ClusterPlan softmax_backward_cluster_plan(int64_t cols, DType dtype, bool aligned) {
+  const int pack = kVecBytes / elem_bytes(dtype);
+  const int64_t longest = aligned ? cols : cols + pack - 1;  // a shifted row is up to a pack less one element longer
+  const auto pick = [longest](const auto& plan) {
+    for (const PlanEntry& e : plan) {
+      if (longest <= e.max_cols) return ClusterPlan{e.shape, e.cluster, e.persistent, StaggerPlan{}};
+    }
+    return ClusterPlan{kStreamingShape, 1, true, StaggerPlan{}};  // two_pass
+  };
+  return dtype == DType::kFloat32 ? pick(kPlan32) : pick(kPlan16);
+}
+
+int softmax_backward_cluster_shapes(const int** flat) {
+  static_assert(sizeof(BackwardShape) == 2 * sizeof(int), "the shapes read as pairs of ints");
+  *flat = reinterpret_cast<const int*>(kShapes);
+  return kShapeCount;
+}
+
+cudaError_t softmax_backward_cluster_with(const RowsGradArgs& a, int shape, int cluster, bool persistent,
+                                          cudaStream_t stream) {
+  if (shape == kStreamingShape) return softmax_backward_two_pass(a, stream);
+  return launch_shape(a, shape, cluster, persistent, stream);
+}
+
+cudaError_t softmax_backward_cluster(const RowsGradArgs& a, cudaStream_t stream) {
+  const ClusterPlan plan = softmax_backward_cluster_plan(a.cols, a.dtype, rows_aligned(a));
+  return softmax_backward_cluster_with(a, plan.shape, plan.cluster, plan.persistent, stream);
+}
+
+}  // namespace lab
