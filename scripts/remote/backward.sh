@@ -2,7 +2,8 @@
 # The softmax backward's and the decode rows' device calls, one step a call (run from the repository root on the
 # GPU machine, the build carried as in device_call.sh; $OUT the device tool's folder):
 #   bash scripts/remote/backward.sh tune   the GPU tests of the softmax backward (operator suite, autograd), every
-#                                          launch of cuda.cluster's backward timed (tune.json, tune.txt), and the
+#                                          launch of cuda.cluster's backward timed in float32 and bfloat16 (float16
+#                                          takes bfloat16's table; tune.json, tune.txt), and the
 #                                          four sanitizers on the softmax_backward operator's CUDA variants
 #   bash scripts/remote/backward.sh lab    with the peers installed: the lab run of softmax_backward (both sweeps,
 #                                          float32 and bfloat16), then softmax's decode sweep in three dtypes (the
@@ -20,9 +21,9 @@ mkdir -p "$OUT"
 case "$STEP" in
   tune)
     begin_call
-    { timeout 150 python -m pytest -q -m gpu tests/test_operators.py tests/test_autograd.py -k "backward" 2>&1 | tail -4
-      timeout 240 python scripts/tune/tune_backward_cluster.py --json "$OUT/tune.json"
-      TOOLS="memcheck racecheck synccheck initcheck" timeout 150 bash scripts/sanitize.sh "$OUT/sanitizer" \
+    { timeout 120 python -m pytest -q -m gpu tests/test_operators.py tests/test_autograd.py -k "backward" 2>&1 | tail -4
+      timeout 200 python scripts/tune/tune_backward_cluster.py --dtype float32 --dtype bfloat16 --json "$OUT/tune.json"
+      timeout 200 bash scripts/sanitize.sh "$OUT/sanitizer" \
         --op softmax_backward 2>&1 | tail -12
     } 2>&1 | tee "$OUT/tune.txt"
     ;;
