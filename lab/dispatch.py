@@ -3,7 +3,9 @@ lab's CUDA and Triton variants lab.softmax runs. Part of the product: it imports
 (lab/tabulate.py builds tables from a run's results).
 
 A table holds, per dtype, entries [max N, max M, variant, GB/s measured], sorted by (N, M), measured on one GPU
-model: `entries` (torch.ops.lab.softmax's, CUDA variants) and `lab_entries` (lab.softmax's, CUDA or Triton).
+model: `entries` (torch.ops.lab.softmax's, CUDA variants), `lab_entries` (lab.softmax's, CUDA or Triton) and
+`backward_entries` (the softmax backward that every softmax entry's gradient runs, CUDA or Triton: from a run of
+softmax_backward, `--backward` of scripts/make_dispatch_table.py).
 The tables the product uses live in the package, lab/tables/<gpu>.json, and only there: `python
 scripts/make_dispatch_table.py results/<gpu>/softmax/results.json` writes one from a run (an explicit act: a
 run alone changes no route); nothing of the product reads results/. Every table of lab/tables/ is installed
@@ -26,6 +28,8 @@ import torch
 
 _LAB_TABLES: dict[str, dict[str, list[list]]] = {}
 """lab.softmax's entries (each table's lab_entries) by GPU model name, set by install()."""
+_BACKWARD_TABLES: dict[str, dict[str, list[list]]] = {}
+"""The softmax backward's entries (each table's backward_entries) by GPU model name, set by install()."""
 _LAB_YIELDS: dict[str, dict[str, list[list]]] = {}
 """Each table's lab_yields by GPU model name: where a faster Triton variant left the entry to a CUDA one,
 and why (explain() says so)."""
@@ -76,6 +80,16 @@ def lab_choice(m: int, n: int, dtype: torch.dtype, device: int = 0, gpu: str | N
     return choose(entries, m, n) if entries else None
 
 
+def backward_choice(m: int, n: int, dtype: torch.dtype, device: int = 0, gpu: str | None = None) -> str | None:
+    """The softmax backward measured fastest for an (m, n) input of `dtype` on the GPU model of CUDA device `device`
+    (or the model `gpu` names): "cuda.<name>" or "triton.<name>", from its table's backward_entries, or None where
+    the table has none."""
+    if gpu is None:
+        gpu = _device_name(device) if torch.cuda.is_available() else ""
+    entries = _BACKWARD_TABLES.get(gpu, {}).get(dtype_name(dtype), [])
+    return choose(entries, m, n) if entries else None
+
+
 def lab_yields(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[list]:
     """The table's lab_yields at the entry lab.softmax takes for an (m, n) input of `dtype` on this GPU (or the
     model `gpu` names): [N, M, Triton variant, its GB/s, why the CUDA variant kept the entry] ([] where none
@@ -95,7 +109,13 @@ def install(table: dict) -> None:
     torch.ops.lab_tune.set_auto_table(table["gpu"], names, flat)
     _LAB_TABLES[table["gpu"]] = table.get("lab_entries", {})
     _LAB_YIELDS[table["gpu"]] = table.get("lab_yields", {})
+    _BACKWARD_TABLES[table["gpu"]] = table.get("backward_entries", {})
     _forget_routes()
+
+
+def install_backward(gpu: str, entries: dict[str, list[list]]) -> None:
+    """Set the backward_entries of GPU model `gpu` alone (a lab run's, from its results so far)."""
+    _BACKWARD_TABLES[gpu] = entries
 
 
 def uninstall(gpu: str) -> None:
@@ -103,6 +123,7 @@ def uninstall(gpu: str) -> None:
     torch.ops.lab_tune.set_auto_table(gpu, [], [])
     _LAB_TABLES.pop(gpu, None)
     _LAB_YIELDS.pop(gpu, None)
+    _BACKWARD_TABLES.pop(gpu, None)
     _forget_routes()
 
 

@@ -5,11 +5,13 @@ nothing of the harness.
 
 Which ops are softmax forwards is read from their schemas, as csrc/bindings.cpp declares them: a softmax op
 is `lab::<name>(Tensor x) -> Tensor` (the other operators' ops take two tensors). Their backward is the lab's
-own, the one measured fastest for the row length (backward_choice), each kernel an op with a fake kernel, so
-that a compiled backward runs the same kernels as an eager one.
+own, the one measured fastest for the shape (the table's backward_entries, else backward_choice by row length),
+each kernel an op with a fake kernel, so that a compiled backward runs the same kernels as an eager one.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -104,19 +106,20 @@ def _softmax_backward(ctx, grad: torch.Tensor) -> torch.Tensor:
     return fastest_backward(y, grad)
 
 
-# Which softmax backward the lab measured fastest on the H200 by row length (the softmax_backward operator's
-# results): rows of up to 256 elements, cuda.register_cached (3244-4216 GB/s at M >= 262144, where triton.fused
-# makes 317-4060); up to 16384, triton.fused (cuda.register_cached within 0-5% of it in float32, 20-50% behind
-# in bfloat16); longer rows, cuda.cluster on GPUs with thread-block clusters (one read of y and dy), else
-# cuda.two_pass (1-29% ahead of triton.looped, the only other variant there).
+# The softmax backward where the GPU's table has no backward_entries (lab/dispatch.py): the lab's results on the
+# H200 by row length: rows of up to 256 elements, cuda.register_cached (3244-4216 GB/s at M >= 262144, where
+# triton.fused makes 317-4060); up to 16384, triton.fused (cuda.register_cached within 0-5% of it in float32, 20-50%
+# behind in bfloat16); longer rows, cuda.cluster on GPUs with thread-block clusters (one read of y and dy, 98-103% of
+# a copy from 32768 to 131072 elements), else cuda.two_pass (1-29% ahead of triton.looped, the only other variant
+# there).
 BACKWARD_SHORT_ROWS = 256
 BACKWARD_TRITON_MAX_N = 16384
 BACKWARD_CLUSTER_CAPABILITY = (9, 0)  # thread-block clusters
 
 
 def backward_choice(n: int, on_cuda: bool, capability: tuple[int, int] = BACKWARD_CLUSTER_CAPABILITY) -> str:
-    """The backward fastest_backward runs for rows of n on a GPU of that compute capability: a torch.ops.lab
-    op's name, or "triton" (the lab's Triton backward, which takes any N)."""
+    """The backward fastest_backward runs for rows of n on a GPU of that compute capability without a table entry:
+    a torch.ops.lab op's name, or "triton" (the lab's Triton backward, which takes any N)."""
     if on_cuda and n <= BACKWARD_SHORT_ROWS and hasattr(torch.ops.lab, "softmax_backward_register_cached"):
         return "softmax_backward_register_cached"
     if on_cuda and n > BACKWARD_TRITON_MAX_N:
@@ -127,13 +130,30 @@ def backward_choice(n: int, on_cuda: bool, capability: tuple[int, int] = BACKWAR
     return "triton"
 
 
+def table_backward_choice(y: torch.Tensor) -> str | None:
+    """The backward the GPU's table names for y's shape and dtype (backward_entries), as backward_choice names
+    them, or None where it names none or one this build lacks. Under torch.compile with a symbolic number of rows,
+    the entry of the most rows measured at y's row length (a branch on the rows would guard on them)."""
+    m = y.shape[0] if isinstance(y.shape[0], int) else sys.maxsize
+    variant = dispatch.backward_choice(m, y.shape[-1], y.dtype, y.device.index or 0)
+    if variant is None:
+        return None
+    if variant.startswith("triton."):
+        return "triton"
+    op = "softmax_backward_" + variant.removeprefix("cuda.")
+    return op if hasattr(torch.ops.lab, op) else None
+
+
 def fastest_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dx = y * (dy - sum(dy * y)) per row of the 2-D y, with the backward the lab measured fastest for
-    its row length (backward_choice); PyTorch's where neither lab._C nor Triton can run it. Each is an op
-    with a fake kernel (torch.ops.lab.*, torch.ops.lab_triton.*), so a compiled backward runs them too."""
+    """dx = y * (dy - sum(dy * y)) per row of the 2-D y, with the backward the lab measured fastest for its shape on
+    this GPU (its table's backward_entries, else backward_choice's rule by row length); PyTorch's where neither
+    lab._C nor Triton can run it. Each is an op with a fake kernel (torch.ops.lab.*, torch.ops.lab_triton.*), so a
+    compiled backward runs them too."""
     dy = dy.contiguous()  # the gradient of a sum is an expanded tensor (strides 0); a no-op otherwise
-    capability = torch.cuda.get_device_capability(y.device) if y.is_cuda else (0, 0)
-    choice = backward_choice(y.shape[-1], y.is_cuda, capability)
+    choice = table_backward_choice(y) if y.is_cuda and y.numel() else None
+    if choice is None:
+        capability = torch.cuda.get_device_capability(y.device) if y.is_cuda else (0, 0)
+        choice = backward_choice(y.shape[-1], y.is_cuda, capability)
     if choice != "triton" and y.numel():
         return getattr(torch.ops.lab, choice)(y, dy)
     try:

@@ -30,7 +30,7 @@ FILENAME = "dispatch_table.json"  # a run's table, beside its results
 
 
 def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
-             yields: dict[str, list[list]] | None = None) -> dict[str, list[list]]:
+             yields: dict[str, list[list]] | None = None, op: str = "softmax") -> dict[str, list[list]]:
     """Per dtype, [N, M, variant, GB/s] of the fastest variant of `backends` (not the entries themselves)
     at every (dtype, N, M) timed in `results`, sorted by (N, M); a Triton variant yields to the fastest
     CUDA one within TRITON_MARGIN of it or where its kernel is shorter than TRITON_HOST_MS (below), and
@@ -40,10 +40,10 @@ def _fastest(results: Iterable, backends: tuple[str, ...], strip: str,
     and shorter rows."""
     best: dict[tuple[str, int, int], dict] = {}
     best_cuda: dict[tuple[str, int, int], dict] = {}
-    barred = {v.name for v in variants("softmax", backends=list(backends)) if v.shape_reason is not None}
+    barred = {v.name for v in variants(op, backends=list(backends)) if v.shape_reason is not None}
     for r in results:
         r = r if isinstance(r, dict) else vars(r)
-        if (r.get("op", "softmax") != "softmax" or r["backend"] not in backends or r["variant"] in (AUTO, LAB)
+        if (r.get("op", "softmax") != op or r["backend"] not in backends or r["variant"] in (AUTO, LAB)
                 or r["variant"] in barred or r["status"] not in ("ok", "checked") or not chosen_gbps(r)):
             continue
         r = {**r, "gbps": chosen_gbps(r), "median_ms": chosen_ms(r)}
@@ -123,6 +123,13 @@ def build_table(results: Iterable, gpu: str, source: str, compute_capability: st
             "entries": _fastest(results, ("cuda",), "cuda."),
             "lab_entries": _fastest(results, ("cuda", "triton"), "", yields),
             "lab_yields": yields}
+
+
+def build_backward_entries(results: Iterable) -> dict[str, list[list]]:
+    """The fastest of the lab's CUDA and Triton softmax backwards at every (dtype, N, M) timed in `results` (a lab
+    run of softmax_backward): a table's `backward_entries`, which the autograd formulas of every softmax entry
+    read (lab.ops.fastest_backward). A Triton variant yields to a CUDA one as in `lab_entries`."""
+    return _fastest(results, ("cuda", "triton"), "", {}, op="softmax_backward")
 
 
 def save(table: dict, path: Path) -> None:

@@ -197,6 +197,32 @@ def test_malformed_table_is_refused(installed_extension):
         torch.ops.lab_tune.set_auto_table("X", ["online"], [0, 1024, 1])
 
 
+def test_the_backward_entries_keep_the_fastest_cuda_or_triton_backward_per_point():
+    """A table's backward_entries, from a run of softmax_backward: the fastest of the lab's CUDA and Triton
+    backwards at each point (a Triton one only past the CUDA one by more than the timing's resolution), which the
+    softmax entries' gradients then take."""
+    records = [{**record("cuda.cluster", 4000, 65536, 1024), "op": "softmax_backward"},
+               {**record("cuda.two_pass", 2500, 65536, 1024), "op": "softmax_backward"},
+               {**timed("triton.fused", 3900, 4096, 0.1), "op": "softmax_backward"},
+               {**timed("cuda.cluster", 3890, 4096, 0.1), "op": "softmax_backward"},
+               {**timed("triton.fused", 3000, 8192, 0.1), "op": "softmax_backward"},
+               {**timed("cuda.cluster", 2000, 8192, 0.2), "op": "softmax_backward"},
+               {**record("torch.softmax_backward", 9999, 8192, 4096), "op": "softmax_backward"},  # not the lab's
+               record("cuda.register_cached", 9999, 65536, 1024)]  # a softmax forward's record
+    entries = tabulate.build_backward_entries(records)
+    assert entries == {"float32": [[4096, 4096, "cuda.cluster", 3890], [8192, 4096, "triton.fused", 3000],
+                                   [65536, 1024, "cuda.cluster", 4000]]}
+    gpu = "Some GPU"
+    dispatch.install_backward(gpu, entries)
+    try:
+        assert [dispatch.backward_choice(m, n, torch.float32, gpu=gpu) for m, n in
+                ((4096, 100), (4096, 8000), (10**6, 65536), (1, 10**6))] == [
+            "cuda.cluster", "triton.fused", "cuda.cluster", None]
+        assert dispatch.backward_choice(4096, 100, torch.bfloat16, gpu=gpu) is None
+    finally:
+        dispatch.install_backward(gpu, {})
+
+
 def test_a_table_applies_to_its_gpu_model_only(installed_extension):
     torch.ops.lab_tune.set_auto_table(dispatch.current_gpu(), [], [])
     dispatch.install(tabulate.build_table(RECORDS, "Some Other GPU", "test"))
@@ -208,8 +234,10 @@ def test_committed_table_is_what_the_script_builds_from_the_committed_results(pa
     """Each table of lab/tables/ is exactly what scripts/make_dispatch_table.py writes from the committed run
     of its GPU model (its default destination is that table)."""
     out = tmp_path / "table.json"
+    backward = ["--backward", str(committed_run(path).parents[1] / "softmax_backward" / "results.json")]
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_dispatch_table.py"),
-                           str(committed_run(path)), "-o", str(out)],
+                           str(committed_run(path)), *(backward if "backward_entries" in dispatch.load(path) else []),
+                           "-o", str(out)],
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""}, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text()) == dispatch.load(path), "hand-edited or stale table"

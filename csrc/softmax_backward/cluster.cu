@@ -49,14 +49,20 @@ struct PlanEntry {
   int cluster;
   bool persistent;
 };
-// The launch table by N (rows on 16-byte boundaries; shifted rows take the entry of their longest shifted row).
+// The launch table by N (rows on 16-byte boundaries; shifted rows take the entry of their longest shifted row): at
+// each length of the backward's sweeps, the configuration measured fastest by scripts/tune/tune_backward_cluster.py
+// (H200, M = 4096 and the fixed sweep's M; float16 takes bfloat16's), or one within 1% of it that is fastest at both
+// M. Mostly small CTAs (128 x 4), one cluster per row, as many CTAs as the row needs: 102% of a copy at 32768 to
+// 131072 elements; float32 rows of 262144 reach 82-85% (16 CTAs of 512 x 8, one resident per SM).
+// bfloat16's 524288 was not measured (no sweep reaches it).
 constexpr PlanEntry kPlan32[] = {  // float32
-    {2048, 0, 1, false},   {4096, 1, 1, false},   {8192, 4, 1, false},   {16384, 4, 2, false},
-    {32768, 4, 4, false},  {65536, 4, 8, false},  {131072, 4, 16, false}, {262144, 5, 16, false},
+    {2048, 0, 1, true},     {4096, 0, 2, false},    {8192, 0, 4, false},   {16384, 0, 8, false},
+    {32768, 0, 16, false},  {65536, 1, 16, false},  {131072, 4, 16, false}, {262144, 5, 16, false},
 };
-constexpr PlanEntry kPlan16[] = {  // float16, bfloat16
-    {4096, 0, 1, false},   {8192, 1, 1, false},   {16384, 4, 1, false},   {32768, 4, 2, false},
-    {65536, 4, 4, false},  {131072, 4, 8, false}, {262144, 4, 16, false}, {524288, 5, 16, false},
+constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
+    {2048, 0, 1, true},     {4096, 0, 1, false},    {8192, 0, 2, false},   {16384, 0, 4, false},
+    {32768, 0, 8, false},   {65536, 3, 8, false},   {131072, 4, 8, false}, {262144, 4, 16, false},
+    {524288, 5, 16, false},
 };
 
 template <size_t N>

@@ -1,7 +1,8 @@
 """The lab's public fast entry as a variant, `lab.auto`: `lab.softmax` (lab/__init__.py) runs, for each (dtype, N, M),
 the fastest of the lab's own CUDA and Triton variants measured on this GPU model (the dispatch table's
 lab_entries, lab/dispatch.py), and torch.ops.lab.softmax (cuda.auto) where the table names a CUDA
-variant or has no entry. cross_entropy's `lab.auto` is `lab.cross_entropy` with its backward (lab/losses.py).
+variant or has no entry. cross_entropy's `lab.auto` is `lab.cross_entropy` with its backward (lab/losses.py);
+softmax_backward's, the backward every softmax entry's gradient runs (lab.ops.fastest_backward).
 Timed like the others, so that the lab's results show what its users get from the one call."""
 
 from __future__ import annotations
@@ -32,6 +33,30 @@ LAB_SOFTMAX = register(Variant(
     description="lab.softmax(x): each (dtype, N, M) to the fastest of the lab's CUDA and Triton variants measured "
                 "on this GPU (dispatch table), else torch.ops.lab.softmax",
     build=build, traffic=Traffic(1, 1), prepare=cuda_variants.rebuild_auto_table, thresholds=thresholds,
+))
+
+
+def build_backward():
+    if not torch.cuda.is_available():
+        raise Unavailable("times the backward lab.softmax's gradient runs on a GPU (on the CPU it is the Triton one)")
+    from lab import ops
+
+    return ops.fastest_backward
+
+
+def rebuild_backward_table(results: list) -> None:
+    """The softmax backward's lab.auto `prepare`: the GPU's backward_entries from this run's results so far."""
+    from lab import dispatch, tabulate
+
+    dispatch.install_backward(dispatch.current_gpu(), tabulate.build_backward_entries(results))
+
+
+register(Variant(
+    op="softmax_backward", name="lab.auto", backend="lab",
+    description="lab.ops.fastest_backward(y, dy), the gradient of every softmax entry: each (dtype, N, M) to the "
+                "fastest of the lab's CUDA and Triton backwards measured on this GPU (backward_entries), else by row "
+                "length (backward_choice)",
+    build=build_backward, traffic=Traffic(2, 1), prepare=rebuild_backward_table,
 ))
 
 
