@@ -49,16 +49,7 @@ namespace {
 // - Entries between the powers of two (12288, 40960, 24576, ...): a shape chosen at its longest row leaves each
 //   CTA's slice partly empty at shorter rows (float32 20480 over 8 CTAs of 256 x 16: 74% of a copy; over 5, full:
 //   97.1%), so such lengths get a shape filled on their cluster size.
-// - Decode-time rows (a few rows of a vocabulary, at most kDecodeRows): where the entry for many rows spreads each
-//   row over few CTAs, a few rows keep few SMs busy. Their own entries spread each row wider, measured at 1, 8 and 64
-//   rows of 32000, 128256 and 256000 bfloat16 elements on the H200 (notebook/decode-rows/), among the shapes the
-//   cross-entropy kernel is compiled for (it takes these tables): 32000 over 8 CTAs of 128 x 32 staged, 1.10x, 0.99x
-//   and 1.08x the many-rows entry; 128256 over 16 CTAs of 128 x 64 packed and staged, 1.14-1.17x; 256000 over 16
-//   CTAs of 256 x 64 packed and staged up to 15 rows (1.18x at 1 row, 1.05x at 8; at 64 rows the staggered entry
-//   for many rows was 1.15x faster).
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
-constexpr int64_t kDecodeRows = 64;  // the decode sweep's most rows (lab/inputs.py, DECODE_ROWS)
-
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -90,8 +81,7 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {16384, 18, 2, false},
     {24576, 18, 3, false},
     {28671, 26, 1, false},
-    {32767, 18, 4, false, kDecodeRows + 1, {4, 500}},
-    {32767, 0, 8, false},
+    {32767, 18, 4, false, 0, {4, 500}},
     {32768, 21, 2, false, 1024, {4, 500}},
     {32768, 18, 4, false, 0, {4, 500}},
     {40960, 18, 5, false, 0, {4, 500}},
@@ -101,11 +91,9 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {65536, 33, 8, false, 4096, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
     {98304, 31, 6, false, 0, {6, 1000}},
-    {131072, 26, 4, false, kDecodeRows + 1, {6, 1000}},
-    {131072, 33, 16, false},
+    {131072, 26, 4, false, 0, {6, 1000}},
     {163840, 31, 10, false, 0, {6, 1000}},
-    {262144, 31, 16, false, 16, {6, 1000}},
-    {262144, 21, 16, false},
+    {262144, 31, 16, false, 0, {6, 1000}},
     {524288, 23, 16, false},
     {1048576, 29, 16, false},
 };
