@@ -227,6 +227,20 @@ def test_cluster_shapes_and_plans():
 
 
 @needs_extension
+def test_decode_rows_take_entries_of_their_own_beyond_the_decode_sweeps_rows():
+    """The 16-bit table's entries for a few rows of a vocabulary (kFewRows in csrc/softmax/cluster.cu) hold at every
+    row count of the decode sweep (lab/inputs.py, DECODE_ROWS) and spread each row over at least as many CTAs as the
+    entry for more rows; 256000 switches back at 16 rows, as measured."""
+    from lab.inputs import DECODE_ROWS
+
+    plan = torch.ops.lab_tune.cluster_plan
+    for n, last in ((128256, max(DECODE_ROWS)), (256000, 15)):
+        few, many = list(plan(n, torch.bfloat16, last)), list(plan(n, torch.bfloat16, 4096))
+        assert few == list(plan(n, torch.bfloat16, 1)) and few != many, (n, few, many)
+        assert few[1] >= many[1], (n, few, many)
+
+
+@needs_extension
 def test_cluster_thresholds_are_every_entry_end():
     """cuda_variants.cluster_thresholds (the lengths the GPU tests, the fuzzer and the sanitize driver run on both
     sides of) finds every length where the plan changes, between powers of two too: a dense scan of lengths from 33

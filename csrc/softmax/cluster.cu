@@ -49,7 +49,17 @@ namespace {
 // - Entries between the powers of two (12288, 40960, 24576, ...): a shape chosen at its longest row leaves each
 //   CTA's slice partly empty at shorter rows (float32 20480 over 8 CTAs of 256 x 16: 74% of a copy; over 5, full:
 //   97.1%), so such lengths get a shape filled on their cluster size.
+// - Decode-time rows (a few rows of a vocabulary, fewer than kFewRows): where the entry for many rows spreads each
+//   row over few CTAs, a few rows keep few SMs busy. Their entries spread each row wider, measured at 1, 8 and 64
+//   rows of 128256 and 256000 bfloat16 elements on the H200 (notebook/decode-rows/), among the shapes the
+//   cross-entropy kernel is compiled for (it takes these tables): 128256 over 16 CTAs of 128 x 64 packed and staged,
+//   1.12-1.17x the many-rows entry; 256000 over 16 CTAs of 256 x 64 packed and staged up to 15 rows (1.18x at 1 row,
+//   1.05x at 8; at 64 rows the staggered entry for many rows was 1.15x faster).
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
+// The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
+// rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
+constexpr int64_t kFewRows = 128;
+
 struct PlanEntry {
   int64_t max_cols;
   int shape;  // index into kResidentShapes
@@ -91,9 +101,11 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {65536, 33, 8, false, 4096, {4, 500}},
     {65536, 18, 8, false, 0, {4, 500}},
     {98304, 31, 6, false, 0, {6, 1000}},
-    {131072, 26, 4, false, 0, {6, 1000}},
+    {131072, 26, 4, false, kFewRows, {6, 1000}},
+    {131072, 33, 16, false},
     {163840, 31, 10, false, 0, {6, 1000}},
-    {262144, 31, 16, false, 0, {6, 1000}},
+    {262144, 31, 16, false, 16, {6, 1000}},
+    {262144, 21, 16, false},
     {524288, 23, 16, false},
     {1048576, 29, 16, false},
 };
