@@ -15,9 +15,9 @@
 // Launch: by N and dtype, from kPlan32 and kPlan16: the CTA shape (threads, packs of each input per thread), the
 // cluster size and the grid: persistent (as many clusters as are resident, each looping over rows) or one
 // cluster per row (the hardware hands out rows as clusters retire).
-// Why: a row past one CTA's registers (16384 elements) was read twice by two_pass (4R + 1W), at 60% of a copy; one
-// read needs the whole row on chip, which only a cluster's registers hold. The sum is a plain float, so the
-// exchange carries one word per warp.
+// Why: two_pass reads a row past one CTA's registers (16384 elements) twice (4R + 1W: 60% of a copy); one read
+// needs the whole row on chip, which only a cluster's registers hold. The sum is a plain float, so the exchange
+// carries one word per warp.
 // Limits: any M (rows past the grid's limit are looped over), any row strides; rows of up to kMaxCols32 float32 or
 // kMaxCols16 16-bit elements (the last plan entry: 16 CTAs of 512 threads holding 8 packs of each input); longer
 // rows take two_pass (2 reads of y and dy), so the variant's traffic model holds to those lengths.
