@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-n", type=int, default=1024)
     p.add_argument("--json", type=Path, help="write every measurement here")
     args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("tune_backward_cluster: needs a CUDA GPU")
     load_extension()
     table = shapes()
     rows = []
