@@ -9,7 +9,8 @@
 #                                          float32 and bfloat16), then softmax's decode sweep in three dtypes (the
 #                                          lab's entries, cuda.cluster, cuda.grid_split, Triton, the peers,
 #                                          PyTorch): results.tgz
-# Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py).
+# Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py): set it, or a run records the
+# device copy's .git. A lab run stopped by its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?tune or lab}
@@ -29,8 +30,8 @@ case "$STEP" in
     ;;
   lab)
     begin_peers_call
-    { timeout 330 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" | tail -60
-      timeout 200 python -m lab.test -s decode -d float32 -d bfloat16 -d float16 \
+    { timeout -s INT 250 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" | tail -60
+      timeout -s INT 280 python -m lab.test -s decode -d float32 -d bfloat16 -d float16 \
         --only 'lab.*,cuda.auto,cuda.cluster,cuda.grid_split,triton.*,peer.*,torch.softmax' --out "$OUT/res" 2>&1 \
         | grep -vE "^\[[0-9]+/" | tail -40
     } 2>&1 | tee "$OUT/lab.txt"
