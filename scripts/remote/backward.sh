@@ -7,7 +7,8 @@
 #                                          four sanitizers on the softmax_backward operator's CUDA variants
 #   bash scripts/remote/backward.sh lab    with the peers installed: the lab run of softmax_backward (both sweeps,
 #                                          float32 and bfloat16), then softmax's decode sweep in three dtypes (the
-#                                          lab's entries, cuda.cluster, cuda.grid_split, QuACK, PyTorch): results.tgz
+#                                          lab's entries, cuda.cluster, cuda.grid_split, QuACK, PyTorch): results.tgz,
+#                                          to unpack into results/<gpu>/ (softmax_backward/, decode/softmax/)
 # Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py): set it, or a run records the
 # device copy's .git. A lab run stopped by its timeout (SIGINT) saves what it has.
 set -uo pipefail
@@ -31,7 +32,7 @@ case "$STEP" in
     begin_peers_call
     { timeout -s INT 250 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" | tail -60
       timeout -s INT 280 python -m lab.test -s decode -d float32 -d bfloat16 -d float16 \
-        --only 'lab.auto,cuda.auto,cuda.cluster,cuda.grid_split,peer.quack,torch.softmax' --out "$OUT/res" 2>&1 \
+        --only 'lab.auto,cuda.auto,cuda.cluster,cuda.grid_split,peer.quack,torch.softmax' --out "$OUT/res/decode" 2>&1 \
         | grep -vE "^\[[0-9]+/" | tail -40
     } 2>&1 | tee "$OUT/lab.txt"
     tar -czf "$OUT/results.tgz" -C "$OUT/res" .
