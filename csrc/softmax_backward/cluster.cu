@@ -234,9 +234,8 @@ __global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
 
 bool rows_aligned(const RowsGradArgs& a) {
   const int64_t bytes = elem_bytes(a.dtype);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; };
-  return aligned(a.y) && aligned(a.dy) && aligned(a.dx) && (a.y_row_stride * bytes) % kVecBytes == 0 &&
-         (a.dy_row_stride * bytes) % kVecBytes == 0 && (a.dx_row_stride * bytes) % kVecBytes == 0;
+  return rows_on_boundaries(a.y, a.y_row_stride, bytes) && rows_on_boundaries(a.dy, a.dy_row_stride, bytes) &&
+         rows_on_boundaries(a.dx, a.dx_row_stride, bytes);
 }
 
 template <typename T, int THREADS, int PACKS>
@@ -256,21 +255,11 @@ cudaError_t launch(const RowsGradArgs& a, int cluster, bool persistent, cudaStre
                                    a.rows, persistent, stream, args);
 }
 
-template <int I = 0, typename F>
-cudaError_t dispatch_shape(int index, F&& f) {
-  if constexpr (I == kShapeCount) {
-    return cudaErrorInvalidValue;
-  } else {
-    if (index == I) return f(std::integral_constant<int, I>{});
-    return dispatch_shape<I + 1>(index, f);
-  }
-}
-
 cudaError_t launch_shape(const RowsGradArgs& a, int shape, int cluster, bool persistent, cudaStream_t stream) {
   if (shape < 0 || shape >= kShapeCount || cluster < 1 || cluster > kMaxCluster) return cudaErrorInvalidValue;
   return dispatch_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return dispatch_shape(shape, [&](auto i) {
+    return dispatch_index<kShapeCount>(shape, [&](auto i) {
       constexpr BackwardShape s = kShapes[decltype(i)::value];
       return launch<T, s.threads, s.packs>(a, cluster, persistent, stream);
     });

@@ -206,7 +206,7 @@ __device__ __forceinline__ State exchange_row(State thread_state, ExchangeOf<Sta
   }
   if (row_index == 0) cluster_wait();  // every peer's mbarriers are set up (exchange_arrive)
   const unsigned bar = smem_u32(&ex.bar[parity]);
-  if (threadIdx.x == 0) {  // this CTA expects warps x cluster states of 8 bytes
+  if (threadIdx.x == 0) {  // this CTA expects warps x cluster states
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                  "r"(static_cast<unsigned>(WARPS * c * sizeof(State)))
                  : "memory");
@@ -709,11 +709,14 @@ cudaError_t launch_clusters(Kernel kernel, int cluster, int threads, int smem, i
   return cudaSuccess;
 }
 
+// Whether every row of a tensor starting at `p`, `stride` elements of `bytes` apart, starts on a 16-byte boundary.
+bool rows_on_boundaries(const void* p, int64_t stride, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0 && (stride * bytes) % kVecBytes == 0;
+}
+
 bool rows_aligned(const RowsArgs& a) {
   const int64_t bytes = elem_bytes(a.dtype);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0; };
-  return aligned(a.x) && aligned(a.y) && (a.x_row_stride * bytes) % kVecBytes == 0 &&
-         (a.y_row_stride * bytes) % kVecBytes == 0;
+  return rows_on_boundaries(a.x, a.x_row_stride, bytes) && rows_on_boundaries(a.y, a.y_row_stride, bytes);
 }
 
 // Rows the resident path takes shifted (SHIFTED): every row of y as far past a 16-byte boundary as x's
@@ -764,14 +767,9 @@ cudaError_t launch_resident(const RowsArgs& a, int cluster, bool persistent, Sta
 }
 
 // Calls f(shape-index constant) for the resident shape `index`: only the table's shapes are compiled.
-template <int I = 0, typename F>
+template <typename F>
 cudaError_t dispatch_resident_shape(int index, F&& f) {
-  if constexpr (I == kResidentShapeCount) {
-    return cudaErrorInvalidValue;
-  } else {
-    if (index == I) return f(std::integral_constant<int, I>{});
-    return dispatch_resident_shape<I + 1>(index, f);
-  }
+  return dispatch_index<kResidentShapeCount>(index, f);
 }
 
 }  // namespace

@@ -52,6 +52,18 @@ inline int block_threads_for_row(int64_t cols, int elem_bytes) {
   return threads;
 }
 
+// Calls f(std::integral_constant<int, index>) for 0 <= index < COUNT (each of a table's entries compiled as a
+// constant); cudaErrorInvalidValue for any other index.
+template <int COUNT, int I = 0, typename F>
+cudaError_t dispatch_index(int index, F&& f) {
+  if constexpr (I == COUNT) {
+    return cudaErrorInvalidValue;
+  } else {
+    if (index == I) return f(std::integral_constant<int, I>{});
+    return dispatch_index<COUNT, I + 1>(index, f);
+  }
+}
+
 template <typename F>
 cudaError_t dispatch_threads(int threads, F&& f) {
   switch (threads) {
