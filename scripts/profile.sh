@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute on one variant at one shape: DRAM throughput, achieved occupancy, warp stall
 # reasons, executed instructions, for the second launch of the variant's kernel (the first is a warm-up).
-#   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax: the lab's kernels,
+#   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax|cluster_rows: the lab's kernels (cluster_rows_kernel, which cross-entropy shares, names no softmax),
 #   QuACK's (its CuTe DSL name holds "Softmax") and Liger's]
 # VARIANT may be cluster:SHAPE:CLUSTER:p|n, one launch configuration of cuda.cluster outside its plan
 # (scripts/profile_point.py), e.g. cluster:20:16:n for 256 x 64 packed, 16 CTAs, one cluster per row.
@@ -19,7 +19,7 @@
 # to set beside them. PROFILE_METRICS=a,b adds metrics to the list.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax}
+variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax|cluster_rows}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # ncu on the kernel's launches after the first (LAUNCHES of them, default 1), with the given sections, set or
 # options, around profile_point.py and its POINT_ARGS.

@@ -2,12 +2,13 @@
 //
 // Algorithm: as softmax's register_cached: a group of THREADS_PER_ROW threads owns a row (2 to 32
 // lanes of a warp for short rows, several rows per warp; a whole block for medium rows). Each thread
-// loads its packs of y and of dy (16 bytes each, all loads in flight before the first use), keeps
-// them as float32, reduces s = sum(dy * y) over the group (xor shuffles, or the block all-reduce),
-// then writes dx = y * (dy - s) from its registers. Elements past the row count as 0 in the sum.
+// loads its packs of y and of dy (16 bytes each, all loads in flight before the first use) and keeps
+// them as loaded, 32-bit words (lab/grad_words.cuh: two 16-bit elements a register), reduces
+// s = sum(dy * y) in float32 over the group (xor shuffles, or the block all-reduce), then writes
+// dx = y * (dy - s) from its registers. Elements past the row count as 0 in the sum.
 // HBM traffic: read y and dy once, write dx once: 3 * M * N * itemsize bytes (2R + 1W).
 // Launch: (threads per row, elements per thread) from kShapes32 / kShapes16 by N; warp groups in
-// 256-thread blocks; blocks stride over rows past the grid's limit.
+// 128-thread blocks, as the forward's; blocks stride over rows past the grid's limit.
 // Limits: N <= 16384 (kMaxCols): two rows' slices must fit a thread's registers; past that the
 // launcher refuses with cudaErrorInvalidValue (softmax_backward/two_pass takes any N). Any M,
 // any row strides (a row that is not 16-byte aligned is read or written element by element).
@@ -16,6 +17,7 @@
 
 #include "lab/check.cuh"
 #include "lab/dispatch.cuh"
+#include "lab/grad_words.cuh"
 #include "lab/launch.h"
 #include "lab/reduce.cuh"
 #include "lab/vec.cuh"
@@ -40,37 +42,36 @@ constexpr RowShape kShapes16[] = {
 constexpr int kCount = sizeof(kShapes32) / sizeof(RowShape);
 static_assert(kCount == sizeof(kShapes16) / sizeof(RowShape), "one shape per length in each table");
 constexpr int64_t kMaxCols = kShapes32[kCount - 1].max_cols;
-constexpr int kWarpGroupBlock = 256;
+constexpr int kWarpGroupBlock = 128;
 
 template <int THREADS_PER_ROW>
 constexpr int kBlockThreads = THREADS_PER_ROW > kWarpSize ? THREADS_PER_ROW : kWarpGroupBlock;
 
-// Resident blocks asked of __launch_bounds__: two slices of ELEMS floats plus about 40 registers.
-template <int ELEMS, int BLOCK>
-constexpr int kMinBlocks = 65536 / (BLOCK * (2 * ELEMS + 40)) > 0 ? 65536 / (BLOCK * (2 * ELEMS + 40)) : 1;
+// Resident blocks asked of __launch_bounds__: two slices of PACKS packs (4 words each) plus about 40 registers.
+template <int PACKS, int BLOCK>
+constexpr int kMinBlocks = 65536 / (BLOCK * (8 * PACKS + 40)) > 0 ? 65536 / (BLOCK * (8 * PACKS + 40)) : 1;
 
-// v[k][j] = row[(lane + k * TPR) * K + j] as float, 0 past the row (or for no row).
+// w[k] = the pack of row[(lane + k * TPR) * K, +K) as loaded: 16 bytes at once where `wide`, else element by element
+// (0 past the row, or for no row: nothing added to the sum).
 template <typename T, int TPR, int PACKS>
-__device__ __forceinline__ void load_slice(float (&v)[PACKS][kPack<T>], const T* row, bool valid, int lane,
-                                           int cols) {
+__device__ __forceinline__ void load_slice(uint32_t (&w)[PACKS][kPackWords], const T* row, bool valid, bool wide,
+                                           int lane, int cols) {
   constexpr int K = kPack<T>;
-  const bool wide = valid && is_aligned(row);
 #pragma unroll
   for (int k = 0; k < PACKS; ++k) {
     const int e0 = (lane + k * TPR) * K;
     if (wide && e0 + K <= cols) {
-      const Pack<T> p = reinterpret_cast<const Pack<T>*>(row)[e0 / K];
-#pragma unroll
-      for (int j = 0; j < K; ++j) v[k][j] = to_float(p.v[j]);
+      const uint4 p = *reinterpret_cast<const uint4*>(row + e0);
+      w[k][0] = p.x, w[k][1] = p.y, w[k][2] = p.z, w[k][3] = p.w;
     } else {
 #pragma unroll
-      for (int j = 0; j < K; ++j) v[k][j] = valid && e0 + j < cols ? to_float(row[e0 + j]) : 0.0f;
+      for (int i = 0; i < kPackWords; ++i) w[k][i] = element_word<T>(row, e0, i, [&](int e) { return valid && e < cols; });
     }
   }
 }
 
 template <typename T, int TPR, int ELEMS>
-__global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockThreads<TPR>>))
+__global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS / kPack<T>, kBlockThreads<TPR>>))
     softmax_backward_register_cached_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
                                             int64_t rows, int cols, int64_t y_stride, int64_t dy_stride,
                                             int64_t dx_stride) {
@@ -87,14 +88,16 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
     const int64_t row = first + threadIdx.x / TPR;
     const bool valid = row < rows;
     const int64_t r = valid ? row : 0;
-    float vy[PACKS][K], vd[PACKS][K];
-    load_slice<T, TPR>(vy, y + r * y_stride, valid, lane, cols);
-    load_slice<T, TPR>(vd, dy + r * dy_stride, valid, lane, cols);
+    const T* yr = y + r * y_stride;
+    const T* dyr = dy + r * dy_stride;
+    uint32_t a[PACKS][kPackWords], b[PACKS][kPackWords];  // y's and dy's packs as loaded
+    load_slice<T, TPR>(a, yr, valid, valid && is_aligned(yr), lane, cols);
+    load_slice<T, TPR>(b, dyr, valid, valid && is_aligned(dyr), lane, cols);
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
 #pragma unroll
-      for (int j = 0; j < K; ++j) s += vd[k][j] * vy[k][j];
+      for (int i = 0; i < kPackWords; ++i) s += word_dot<T>(a[k][i], b[k][i]);
     }
     // Every lane of the group (and of the block, for block groups) reduces, also past the last row.
     s = reduce(s, SumOp{});
@@ -104,16 +107,14 @@ __global__ void __launch_bounds__(kBlockThreads<TPR>, (kMinBlocks<ELEMS, kBlockT
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = (lane + k * TPR) * K;
-      Pack<T> p;
+      uint32_t o[kPackWords];
 #pragma unroll
-      for (int j = 0; j < K; ++j) p.v[j] = from_float<T>(vy[k][j] * (vd[k][j] - s));
+      for (int i = 0; i < kPackWords; ++i) o[i] = word_grad<T>(a[k][i], b[k][i], s);
       if (wide && e0 + K <= cols) {
-        reinterpret_cast<Pack<T>*>(out)[e0 / K] = p;
+        *reinterpret_cast<uint4*>(out + e0) = make_uint4(o[0], o[1], o[2], o[3]);
       } else {
 #pragma unroll
-        for (int j = 0; j < K; ++j) {
-          if (e0 + j < cols) out[e0 + j] = p.v[j];
-        }
+        for (int i = 0; i < kPackWords; ++i) store_element_word<T>(out, e0, i, o[i], [&](int e) { return e < cols; });
       }
     }
   }

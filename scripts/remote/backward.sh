@@ -5,6 +5,13 @@
 #                                          launch of cuda.cluster's backward timed in float32 and bfloat16 (float16
 #                                          takes bfloat16's table; tune.json, tune.txt), and the
 #                                          four sanitizers on the softmax_backward operator's CUDA variants
+#   bash scripts/remote/backward.sh check  the GPU tests of every cluster kernel and of the softmax backward (test_gpu,
+#                                          cross-entropy, operator suite, autograd: -k "cluster or backward"), the four
+#                                          sanitizers on the softmax_backward operator's CUDA variants, and a first
+#                                          timing of its short-row CUDA and Triton variants in 16 bits (check.txt)
+#   bash scripts/remote/backward.sh profile  with the peers installed: Nsight Compute on lab.auto and QuACK at the
+#                                          decode rows where the lab trails (bfloat16 1 x 128256, 1 and 8 x 256000;
+#                                          profile.txt)
 #   bash scripts/remote/backward.sh lab    with the peers installed: the lab run of softmax_backward (both sweeps,
 #                                          float32 and bfloat16), then softmax's decode sweep in three dtypes (the
 #                                          lab's entries, cuda.cluster, cuda.grid_split, QuACK, PyTorch): results.tgz,
@@ -13,7 +20,7 @@
 # device copy's .git. A lab run stopped by its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?tune or lab}
+STEP=${1:?check, tune, profile or lab}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 export OUT=${OUT:-build/remote}
@@ -28,6 +35,24 @@ case "$STEP" in
         --op softmax_backward 2>&1 | tail -12
     } 2>&1 | tee "$OUT/tune.txt"
     ;;
+  check)
+    begin_call
+    { timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_cross_entropy.py tests/test_operators.py \
+        tests/test_autograd.py -k "cluster or backward" 2>&1 | tail -4
+      timeout 200 bash scripts/sanitize.sh "$OUT/sanitizer" --op softmax_backward 2>&1 | tail -12
+      timeout -s INT 150 python -m lab.test --op softmax_backward -d bfloat16 -d float16 --no-save \
+        --only 'cuda.register_cached,cuda.two_pass,triton.fused,lab.auto' 2>&1 | grep -vE "^\[[0-9]+/" | tail -40
+    } 2>&1 | tee "$OUT/check.txt"
+    ;;
+  profile)
+    begin_peers_call
+    for point in 1x128256 1x256000 8x256000; do
+      for variant in lab.auto peer.quack; do
+        echo "== $variant $point bfloat16"
+        timeout 90 bash scripts/profile.sh "$variant" "$point" bfloat16
+      done
+    done 2>&1 | tee "$OUT/profile.txt"
+    ;;
   lab)
     begin_peers_call
     { timeout -s INT 250 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" | tail -60
@@ -37,5 +62,5 @@ case "$STEP" in
     } 2>&1 | tee "$OUT/lab.txt"
     tar -czf "$OUT/results.tgz" -C "$OUT/res" .
     ;;
-  *) echo "unknown step $STEP (tune or lab)"; exit 2 ;;
+  *) echo "unknown step $STEP (check, tune, profile or lab)"; exit 2 ;;
 esac
