@@ -521,7 +521,30 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 //   torch.ops.lab_tune.softmax_backward_cluster_shapes() -> int[]   [threads, packs per thread] per shape, flattened
 //   torch.ops.lab_tune.softmax_backward_cluster_plan(int cols, ScalarType dtype, bool aligned=True) -> int[]
 //       [shape, cluster, persistent] of the launch table (shape -1: two_pass, past the registers)
+// and its register_cached's row shapes (notebook/backward-register-cached-shapes/):
+//   torch.ops.lab_tune.softmax_backward_register_cached(Tensor y, Tensor dy, bool twice_the_threads) -> Tensor
+//       dx with the table's shape, or with twice its threads per row (an error where the length has no such shape)
 namespace {
+at::Tensor tune_softmax_backward_register_cached(const at::Tensor& y, const at::Tensor& dy, bool twice_the_threads) {
+  const char* op = "softmax_backward_register_cached (tuned)";
+  lab::check_rows(y, op);
+  lab::check_like(y, dy, op, "y", "dy");
+  at::Tensor out = at::empty(y.sizes(), y.options());
+  if (y.numel() == 0) return out;
+  const lab::RowsGradArgs args{y.data_ptr(), dy.data_ptr(), out.data_ptr(), y.size(0),        y.size(1),
+                               y.stride(0),  dy.stride(0),  out.stride(0),  lab::to_lab_dtype(y, op)};
+  const c10::cuda::CUDAGuard guard(y.device());
+  const cudaError_t err =
+      lab::softmax_backward_register_cached_with(args, twice_the_threads, c10::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, "lab_tune::", op, ": no shape of twice the threads per row for rows of ", y.size(1),
+                " elements");
+  }
+  lab::check_cuda(err, op);
+  return out;
+}
+
 at::Tensor tune_softmax_backward_cluster(const at::Tensor& y, const at::Tensor& dy, int64_t shape, int64_t cluster,
                                          bool persistent) {
   const char* op = "softmax_backward_cluster (tuned)";
@@ -562,9 +585,16 @@ TORCH_LIBRARY_FRAGMENT(lab_tune, m) {
   m.def("softmax_backward_cluster_shapes() -> int[]", &tune_softmax_backward_cluster_shapes);
   m.def("softmax_backward_cluster_plan(int cols, ScalarType dtype, bool aligned=True) -> int[]",
         &tune_softmax_backward_cluster_plan);
+  m.def("softmax_backward_register_cached(Tensor y, Tensor dy, bool twice_the_threads) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster); }
-TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster); }
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) {
+  m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster);
+  m.impl("softmax_backward_register_cached", &tune_softmax_backward_register_cached);
+}
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
+  m.impl("softmax_backward_cluster", &tune_softmax_backward_cluster);
+  m.impl("softmax_backward_register_cached", &tune_softmax_backward_register_cached);
+}
 #endif  // LAB_HAS_SOFTMAX_BACKWARD
 
 #ifdef LAB_HAS_CROSS_ENTROPY

@@ -16,7 +16,8 @@
 # that every pass meets that L2 too; it reports the duration and the DRAM and L2 traffic of the flushed calls 2 to 5
 # (profile_point.py compiles and resets before the profiled range, cudaProfilerStart, so that ncu counts only them).
 # PROFILE_CACHE=all: the same calls and metrics with ncu's own cache control (flushed and invalidated before each),
-# to set beside them. PROFILE_METRICS=a,b adds metrics to the list.
+# to set beside them. PROFILE_METRICS=a,b adds metrics to the list. PROFILE_OP=NAME: a variant of that operator
+# (profile_point.py --op), e.g. PROFILE_OP=softmax_backward bash scripts/profile.sh peer.quack 4096x512 bfloat16.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 variant=$1 shape=$2 dtype=$3 kernel=${4:-[Ss]oftmax|cluster_rows}
@@ -27,7 +28,7 @@ ncu_point() {
   # shellcheck disable=SC2086  # POINT_ARGS: words for profile_point.py
   PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
     --launch-count "${LAUNCHES:-1}" "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" \
-    ${POINT_ARGS:-} 2>&1
+    --op "${PROFILE_OP:-softmax}" ${POINT_ARGS:-} 2>&1
 }
 if [ -n "${PROFILE_CACHE:-}" ]; then
   [ "$PROFILE_CACHE" = none ] || [ "$PROFILE_CACHE" = all ] || { echo "PROFILE_CACHE is none or all" >&2; exit 2; }

@@ -2,6 +2,7 @@
 
     python scripts/profile_point.py cuda.register_cached 131072x512 bfloat16 [--runs 3]
     python scripts/profile_point.py cluster:20:16:n 256x262144 bfloat16
+    python scripts/profile_point.py --op softmax_backward cuda.register_cached 4096x512 bfloat16
 
 The first run is a warm-up (compilation, first-touch); profile a later one (ncu --launch-skip).
 `--flush-mb MB` runs each call as the lab's timing loop does (lab/bench.py): the L2 reset first, then a write of
@@ -20,7 +21,7 @@ import sys
 
 import torch
 
-from lab import bench, check, inputs
+from lab import bench, check, inputs, operators
 from lab.registry import variants
 
 
@@ -38,14 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("variant", help="an exact variant name, e.g. cuda.register_cached, or cluster:SHAPE:CLUSTER:p|n")
     p.add_argument("shape", type=inputs.Shape.parse, help="MxN or MxN/STRIDE")
     p.add_argument("dtype", choices=("float32", "float16", "bfloat16"))
+    p.add_argument("--op", default="softmax", choices=operators.operators(),
+                   help="the operator whose variant runs, on its own inputs (default softmax)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--flush-mb", type=int, default=0, metavar="MB",
                    help="write an MB-sized buffer before every call, after the lab's L2 reset (0: no flush)")
     args = p.parse_args(argv)
     if args.flush_mb < 0:
         sys.exit(f"profile_point: --flush-mb must be 0 or more, got {args.flush_mb}")
+    op = operators.get(args.op)
     writes_out = False
     if args.variant.startswith("cluster:"):
+        if args.op != "softmax":
+            sys.exit("profile_point: cluster:SHAPE:CLUSTER:p|n runs softmax's cluster kernel (--op softmax)")
         try:
             shape, cluster, persistent = cluster_config(args.variant)
         except ValueError as e:
@@ -56,14 +62,19 @@ def main(argv: list[str] | None = None) -> int:
         def kernel(t: torch.Tensor) -> torch.Tensor:
             return torch.ops.lab_tune.cluster(t, shape, cluster, persistent)
     else:
-        found = [v for v in variants() if v.name == args.variant]
+        found = [v for v in variants(args.op) if v.name == args.variant]
         if not found:
-            sys.exit(f"profile_point: no variant named {args.variant!r}; see python -m lab.test --list")
+            sys.exit(f"profile_point: {args.op} has no variant named {args.variant!r}; "
+                     f"see python -m lab.test --op {args.op} --list")
         kernel, writes_out = found[0].kernel(), found[0].writes_out
-    x = inputs.make_input(args.shape, getattr(torch, args.dtype), "cuda")
+    dtype = getattr(torch, args.dtype)
+    case = (inputs.make_input(args.shape, dtype, "cuda"),) if args.op == "softmax" \
+        else tuple(op.make_inputs(args.shape, dtype, "cuda", 0))
+    spec = check.output_spec(op, op.reference(*case), dtype)
+    call = bench.timed_call(kernel, case, writes_out, lambda: spec.empty(case[0].device))
     flush = None
     if args.flush_mb:
-        kernel(x)  # compiled (torch.compile's autotuning launches its kernels too) before the profiled range
+        call()  # compiled (torch.compile's autotuning launches its kernels too) before the profiled range
         flush, _ = bench.flush_buffer(args.flush_mb)
         bench.l2_reset(flush)
         torch.cuda.synchronize()
@@ -71,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         if flush is not None:
             flush.zero_()
-        kernel(x)
+        call()
     torch.cuda.synchronize()
     if flush is not None:
         torch.cuda.profiler.stop()
     # Checked after the runs, so that the profiler's --launch-skip counts this kernel's launches only
-    # (the float64 reference runs PyTorch's softmax kernels, which a name filter could catch too).
-    res = check.check(kernel, x, writes_out)
+    # (the float64 reference runs PyTorch's kernels, which a name filter could catch too).
+    res = check.check(kernel, case, writes_out, op=op)
     if not res.ok:
         sys.exit(f"profile_point: {args.variant} failed the check at {args.shape.label}: {res.summary()}; "
                  "the profile is of a wrong kernel")

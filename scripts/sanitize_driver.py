@@ -305,3 +305,25 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
                                 torch.ops.lab_tune.softmax_backward_cluster(y, dy, i, c, p), shape, dtype)
                     ran += 1
     print(f"softmax_backward cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
+
+# softmax_backward's register_cached (csrc/softmax_backward/register_cached.cu) with the table's shape and with twice
+# its threads per row, through its tuning op, at every power-of-two length it takes: 3 rows one pack short of the
+# length, 5 rows of an odd length (element by element past the first row).
+if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.variant:
+    op = operators.get("softmax_backward")
+    max_n = CUDA_OPS["softmax_backward"]["register_cached"].max_n  # the kernel the tuning op launches
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        for n in (2**k for k in range(5, max_n.bit_length())):
+            for shape in (Shape(3, n - pack), Shape(5, n - 1)):
+                for twice in (False, True):
+                    try:
+                        run_checked(op, f"softmax_backward register_cached twice_the_threads={twice}",
+                                    lambda y, dy, t=twice:
+                                    torch.ops.lab_tune.softmax_backward_register_cached(y, dy, t), shape, dtype)
+                        ran += 1
+                    except RuntimeError as e:
+                        if "no shape of twice the threads" not in str(e):
+                            raise
+    print(f"softmax_backward register_cached tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lab import check, measure, operators
+from lab.backends import cuda_variants
 from lab.env import ROOT
 from lab.inputs import Shape
 from lab.registry import variants
@@ -100,6 +101,30 @@ def test_looped_backward_crosses_chunks():
         case = op.make_inputs(shape, torch.float32, "cuda" if torch.cuda.is_available() else "cpu", 1)
         res = check.check(lambda y, dy, out: softmax_backward_looped(y, dy, out, chunk=32), case, True, op=op)
         assert res.ok, f"{shape.label}: {res.summary()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_backward_register_cached_tuning_shapes_are_right_at_every_length(dtype):
+    """softmax_backward's register_cached with its table's shape and with twice its threads per row (the shape the
+    table is measured against, through its tuning op), at every power-of-two length it takes and one element short
+    of it, on more rows than one wave holds."""
+    op = operators.get("softmax_backward")
+    max_n = cuda_variants.SOFTMAX_BACKWARD_VARIANTS["register_cached"].max_n
+    ran = 0
+    for n in (2**k for k in range(5, max_n.bit_length())):
+        for shape in (Shape(2**22 // n + 3, n), Shape(7, n - 1)):
+            case = op.make_inputs(shape, dtype, "cuda", 2)
+            for twice in (False, True):
+                try:
+                    dx = torch.ops.lab_tune.softmax_backward_register_cached(*case, twice)
+                except RuntimeError as e:  # no such shape at this length (float32 rows of a 1024-thread block)
+                    assert twice and "no shape of twice the threads" in str(e), str(e)
+                    continue
+                res = check.check(lambda y, dy, dx=dx: dx, case, False, op.reference(*case), None, op)
+                assert res.ok, f"{dtype} {shape.label} twice_the_threads={twice}: {res.summary()}"
+                ran += 1
+    assert ran >= 4 * (max_n.bit_length() - 5) - 2  # 2 shapes x 2 launches a length, but float32 16384's twice
 
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)

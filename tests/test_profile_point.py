@@ -23,7 +23,7 @@ def test_a_bad_cluster_configuration_is_refused(bad):
 
 
 def test_an_unknown_variant_is_named():
-    with pytest.raises(SystemExit, match="no variant named 'nope.nothing'"):
+    with pytest.raises(SystemExit, match="softmax has no variant named 'nope.nothing'"):
         profile_point.main(["nope.nothing", "4x8", "bfloat16"])
 
 
@@ -42,3 +42,15 @@ def test_a_negative_flush_is_refused():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_flushed_runs_are_checked():
     assert profile_point.main(["torch.softmax", "64x1000", "float32", "--runs", "2", "--flush-mb", "8"]) == 0
+
+
+def test_a_cluster_configuration_belongs_to_softmax():
+    with pytest.raises(SystemExit, match="runs softmax's cluster kernel"):
+        profile_point.main(["cluster:20:2:n", "8x20000", "bfloat16", "--op", "softmax_backward"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_another_operator_runs_on_its_own_inputs_checked():
+    """The backward's variants take (y, dy); the runs and the check get both."""
+    for variant in (v.name for v in profile_point.variants("softmax_backward") if v.availability() is None):
+        assert profile_point.main(["--op", "softmax_backward", variant, "64x1000", "bfloat16", "--runs", "1"]) == 0

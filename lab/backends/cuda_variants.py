@@ -262,8 +262,8 @@ VECTOR_ADD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
 SOFTMAX_BACKWARD_VARIANTS = {v.name.removeprefix("cuda."): v for v in (
     _register("two_pass", Traffic(4, 1), "block per row: sum(dy * y), then dx = y * (dy - s): 2 reads of y and dy",
               operator="softmax_backward"),
-    _register("register_cached", Traffic(2, 1), "y and dy rows in registers (2-32 lanes per short row, a block per "
-              "medium row): 1 read of each, 1 write", operator="softmax_backward", max_n=16384,
+    _register("register_cached", Traffic(2, 1), "y and dy rows in registers as loaded (2-32 lanes per short row, a "
+              "block per medium row): 1 read of each, 1 write", operator="softmax_backward", max_n=16384,
               max_n_reason="two rows must fit in one block's registers (kMaxCols in register_cached.cu)"),
     _register("cluster", Traffic(2, 1), "y and dy rows split across a thread-block cluster (1-16 CTAs, slices in "
               "registers, sum(dy * y) exchanged once through DSMEM): 1 read of each, 1 write (2 reads past what 16 "

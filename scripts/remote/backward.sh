@@ -9,6 +9,10 @@
 #                                          cross-entropy, operator suite, autograd: -k "cluster or backward"), the four
 #                                          sanitizers on the softmax_backward operator's CUDA variants, and a first
 #                                          timing of its short-row CUDA and Triton variants in 16 bits (check.txt)
+#   bash scripts/remote/backward.sh shapes register_cached's row shapes: the backward's GPU tests (its tuning shapes
+#                                          among them), the four sanitizers on the operator's CUDA variants and tuning
+#                                          shapes, notebook/backward-register-cached-shapes/measure.py (shapes.txt,
+#                                          shapes.json)
 #   bash scripts/remote/backward.sh profile  with the peers installed: Nsight Compute on lab.auto and QuACK at the
 #                                          decode rows where the lab trails (bfloat16 1 x 128256, 1 and 8 x 256000;
 #                                          profile.txt)
@@ -20,7 +24,7 @@
 # device copy's .git. A lab run stopped by its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?check, tune, profile or lab}
+STEP=${1:?check, shapes, tune, profile or lab}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 export OUT=${OUT:-build/remote}
@@ -44,6 +48,13 @@ case "$STEP" in
         --only 'cuda.register_cached,cuda.two_pass,triton.fused,lab.auto' 2>&1 | grep -vE "^\[[0-9]+/" | tail -40
     } 2>&1 | tee "$OUT/check.txt"
     ;;
+  shapes)
+    begin_call
+    { timeout 200 python -m pytest -q -m gpu tests/test_operators.py -k "backward" 2>&1 | tail -3
+      timeout 200 bash scripts/sanitize.sh "$OUT/sanitizer" --op softmax_backward 2>&1 | grep -E "compute-sanitizer|ran"
+      timeout 250 python notebook/backward-register-cached-shapes/measure.py --json "$OUT/shapes.json"
+    } 2>&1 | tee "$OUT/shapes.txt"
+    ;;
   profile)
     begin_peers_call
     for point in 1x128256 1x256000 8x256000; do
@@ -62,5 +73,5 @@ case "$STEP" in
     } 2>&1 | tee "$OUT/lab.txt"
     tar -czf "$OUT/results.tgz" -C "$OUT/res" .
     ;;
-  *) echo "unknown step $STEP (check, tune, profile or lab)"; exit 2 ;;
+  *) echo "unknown step $STEP (check, shapes, tune, profile or lab)"; exit 2 ;;
 esac

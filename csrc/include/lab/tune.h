@@ -96,6 +96,10 @@ int softmax_backward_cluster_shapes(const int** flat);
 // fit the shape's registers; shape kStreamingShape: two_pass.
 cudaError_t softmax_backward_cluster_with(const RowsGradArgs& args, int shape, int cluster, bool persistent,
                                           cudaStream_t stream);
+// The softmax backward's register_cached with its table's shape, or with twice its threads per row, each with half
+// the elements (cudaErrorInvalidValue where the length has no such shape), for tuning the table.
+cudaError_t softmax_backward_register_cached_with(const RowsGradArgs& args, bool twice_the_threads,
+                                                  cudaStream_t stream);
 
 // The longest row register_cached takes (register_cached.cu, kMaxCols).
 constexpr int64_t kRegisterCachedMaxCols = 16384;
