@@ -13,6 +13,10 @@
 #                                          among them), the four sanitizers on the operator's CUDA variants and tuning
 #                                          shapes, notebook/backward-register-cached-shapes/measure.py (shapes.txt,
 #                                          shapes.json)
+#   bash scripts/remote/backward.sh verify the committed table's backward entries: the dispatch and autograd GPU tests,
+#                                          lab.fuzz of softmax's lab.auto and the backward's CUDA kernels behind it
+#                                          (gradients included), and trust's compiled backward cell of lab.auto
+#                                          (fuzz.compiled_backward_mismatches; verify.txt)
 #   bash scripts/remote/backward.sh profile  with the peers installed: Nsight Compute on lab.auto and QuACK at the
 #                                          decode rows where the lab trails (bfloat16 1 x 128256, 1 and 8 x 256000;
 #                                          profile.txt)
@@ -24,7 +28,7 @@
 # device copy's .git. A lab run stopped by its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?check, shapes, tune, profile or lab}
+STEP=${1:?check, shapes, verify, tune, profile or lab}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 export OUT=${OUT:-build/remote}
@@ -55,6 +59,21 @@ case "$STEP" in
       timeout 250 python notebook/backward-register-cached-shapes/measure.py --json "$OUT/shapes.json"
     } 2>&1 | tee "$OUT/shapes.txt"
     ;;
+  verify)
+    begin_call
+    { timeout 150 python -m pytest -q -m gpu tests/test_dispatch.py tests/test_autograd.py 2>&1 | tail -3
+      timeout 200 python -m lab.fuzz --op softmax --only lab.auto,cuda.auto,cuda.register_cached,cuda.cluster \
+        --cases 400 2>&1 | tail -12
+      timeout 150 python -c "
+from lab import fuzz
+from lab.registry import get
+v = get('softmax', 'lab.auto')
+cases = fuzz.backward_cases(v)
+failures = fuzz.compiled_backward_mismatches(v, cases)
+print(f'compiled backward of lab.auto: {len(cases)} cases (N = {sorted({n for _, n in cases})}),',
+      f'{len(failures)} mismatches', *failures, sep='\n  ')"
+    } 2>&1 | tee "$OUT/verify.txt"
+    ;;
   profile)
     begin_peers_call
     for point in 1x128256 1x256000 8x256000; do
@@ -73,5 +92,5 @@ case "$STEP" in
     } 2>&1 | tee "$OUT/lab.txt"
     tar -czf "$OUT/results.tgz" -C "$OUT/res" .
     ;;
-  *) echo "unknown step $STEP (check, shapes, tune, profile or lab)"; exit 2 ;;
+  *) echo "unknown step $STEP (check, shapes, verify, tune, profile or lab)"; exit 2 ;;
 esac
