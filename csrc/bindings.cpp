@@ -525,8 +525,10 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 //   torch.ops.lab_tune.softmax_backward_register_cached(Tensor y, Tensor dy, bool twice_the_threads) -> Tensor
 //       dx with the table's shape, or with twice its threads per row (an error where the length has no such shape)
 namespace {
-at::Tensor tune_softmax_backward_register_cached(const at::Tensor& y, const at::Tensor& dy, bool twice_the_threads) {
-  const char* op = "softmax_backward_register_cached (tuned)";
+// dx from one tuning launch of a softmax backward kernel, `launch(args, stream)`; where the kernel refuses the rows
+// (cudaErrorInvalidValue: the shape does not hold them), an error naming the op and `refused()`.
+template <typename Launch, typename Refused>
+at::Tensor tuned_backward(const at::Tensor& y, const at::Tensor& dy, const char* op, Launch launch, Refused refused) {
   lab::check_rows(y, op);
   lab::check_like(y, dy, op, "y", "dy");
   at::Tensor out = at::empty(y.sizes(), y.options());
@@ -534,36 +536,34 @@ at::Tensor tune_softmax_backward_register_cached(const at::Tensor& y, const at::
   const lab::RowsGradArgs args{y.data_ptr(), dy.data_ptr(), out.data_ptr(), y.size(0),        y.size(1),
                                y.stride(0),  dy.stride(0),  out.stride(0),  lab::to_lab_dtype(y, op)};
   const c10::cuda::CUDAGuard guard(y.device());
-  const cudaError_t err =
-      lab::softmax_backward_register_cached_with(args, twice_the_threads, c10::cuda::getCurrentCUDAStream());
+  const cudaError_t err = launch(args, c10::cuda::getCurrentCUDAStream());
   if (err == cudaErrorInvalidValue) {
     (void)cudaGetLastError();
-    TORCH_CHECK(false, "lab_tune::", op, ": no shape of twice the threads per row for rows of ", y.size(1),
-                " elements");
+    TORCH_CHECK(false, "lab_tune::", op, ": ", refused());
   }
   lab::check_cuda(err, op);
   return out;
 }
 
+at::Tensor tune_softmax_backward_register_cached(const at::Tensor& y, const at::Tensor& dy, bool twice_the_threads) {
+  return tuned_backward(
+      y, dy, "softmax_backward_register_cached (tuned)",
+      [&](const lab::RowsGradArgs& args, cudaStream_t stream) {
+        return lab::softmax_backward_register_cached_with(args, twice_the_threads, stream);
+      },
+      [&] { return c10::str("no shape of twice the threads per row for rows of ", y.size(1), " elements"); });
+}
+
 at::Tensor tune_softmax_backward_cluster(const at::Tensor& y, const at::Tensor& dy, int64_t shape, int64_t cluster,
                                          bool persistent) {
-  const char* op = "softmax_backward_cluster (tuned)";
-  lab::check_rows(y, op);
-  lab::check_like(y, dy, op, "y", "dy");
-  at::Tensor out = at::empty(y.sizes(), y.options());
-  if (y.numel() == 0) return out;
-  const lab::RowsGradArgs args{y.data_ptr(), dy.data_ptr(), out.data_ptr(), y.size(0),        y.size(1),
-                               y.stride(0),  dy.stride(0),  out.stride(0),  lab::to_lab_dtype(y, op)};
-  const c10::cuda::CUDAGuard guard(y.device());
-  const cudaError_t err = lab::softmax_backward_cluster_with(args, static_cast<int>(shape), static_cast<int>(cluster),
-                                                             persistent, c10::cuda::getCurrentCUDAStream());
-  if (err == cudaErrorInvalidValue) {
-    (void)cudaGetLastError();
-    TORCH_CHECK(false, "lab_tune::", op, ": shape ", shape, " in clusters of ", cluster, " does not hold rows of ",
-                y.size(1), " elements");
-  }
-  lab::check_cuda(err, op);
-  return out;
+  return tuned_backward(
+      y, dy, "softmax_backward_cluster (tuned)",
+      [&](const lab::RowsGradArgs& args, cudaStream_t stream) {
+        return lab::softmax_backward_cluster_with(args, static_cast<int>(shape), static_cast<int>(cluster), persistent,
+                                                  stream);
+      },
+      [&] { return c10::str("shape ", shape, " in clusters of ", cluster, " does not hold rows of ", y.size(1),
+                            " elements"); });
 }
 
 std::vector<int64_t> tune_softmax_backward_cluster_shapes() {
