@@ -551,7 +551,10 @@ at::Tensor tune_softmax_backward_register_cached(const at::Tensor& y, const at::
       [&](const lab::RowsGradArgs& args, cudaStream_t stream) {
         return lab::softmax_backward_register_cached_with(args, twice_the_threads, stream);
       },
-      [&] { return c10::str("no shape of twice the threads per row for rows of ", y.size(1), " elements"); });
+      [&] {
+        return twice_the_threads ? c10::str("no shape of twice the threads per row for rows of ", y.size(1), " elements")
+                                 : c10::str("rows of ", y.size(1), " elements are longer than it takes");
+      });
 }
 
 at::Tensor tune_softmax_backward_cluster(const at::Tensor& y, const at::Tensor& dy, int64_t shape, int64_t cluster,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Nsight Compute on one variant at one shape: DRAM throughput, achieved occupancy, warp stall
-# reasons, executed instructions, for the second launch of the variant's kernel (the first is a warm-up).
-#   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax|cluster_rows: the lab's kernels (cluster_rows_kernel, which cross-entropy shares, names no softmax),
-#   QuACK's (its CuTe DSL name holds "Softmax") and Liger's]
+# reasons, executed instructions, for the second of the variant's runs in profile_point.py's profiled range (a
+# warm-up call, the inputs' and the reference's kernels come before that range).
+#   bash scripts/profile.sh VARIANT MxN DTYPE [kernel-name regex, default [Ss]oftmax|cluster_rows: the lab's kernels
+#   (cluster_rows_kernel, which cross-entropy shares, names no softmax), QuACK's (its CuTe DSL name holds "Softmax")
+#   and Liger's]
 # VARIANT may be cluster:SHAPE:CLUSTER:p|n, one launch configuration of cuda.cluster outside its plan
 # (scripts/profile_point.py), e.g. cluster:20:16:n for 256 x 64 packed, 16 CTAs, one cluster per row.
 # Clocks are left as they are (--clock-control none), so the numbers are those of a timed run.
@@ -26,14 +28,15 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # options, around profile_point.py and its POINT_ARGS.
 ncu_point() {
   # shellcheck disable=SC2086  # POINT_ARGS: words for profile_point.py
-  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none -k "regex:$kernel" --launch-skip 1 \
-    --launch-count "${LAUNCHES:-1}" "$@" "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" \
-    --op "${PROFILE_OP:-softmax}" ${POINT_ARGS:-} 2>&1
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$NCU" --clock-control none --profile-from-start off \
+    -k "regex:$kernel" --launch-skip 1 --launch-count "${LAUNCHES:-1}" "$@" \
+    "${PYTHON:-python3}" scripts/profile_point.py "$variant" "$shape" "$dtype" --op "${PROFILE_OP:-softmax}" \
+    ${POINT_ARGS:-} 2>&1
 }
 if [ -n "${PROFILE_CACHE:-}" ]; then
   [ "$PROFILE_CACHE" = none ] || [ "$PROFILE_CACHE" = all ] || { echo "PROFILE_CACHE is none or all" >&2; exit 2; }
   LAUNCHES=4 POINT_ARGS="--runs 6 --flush-mb 256" ncu_point --cache-control "$PROFILE_CACHE" \
-    --replay-mode application --profile-from-start off \
+    --replay-mode application \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read_lookup_hit.sum,lts__t_sectors_op_read_lookup_miss.sum${PROFILE_METRICS:+,$PROFILE_METRICS} |
     grep -vE "^==PROF==|^\s*$|----" | sed -E 's/ {2,}/  /g' | cut -c1-220
   exit "${PIPESTATUS[0]}"

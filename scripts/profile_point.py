@@ -4,7 +4,9 @@
     python scripts/profile_point.py cluster:20:16:n 256x262144 bfloat16
     python scripts/profile_point.py --op softmax_backward cuda.register_cached 4096x512 bfloat16
 
-The first run is a warm-up (compilation, first-touch); profile a later one (ncu --launch-skip).
+A warm-up call and every other kernel (the inputs', the reference's) come before the profiled range
+(cudaProfilerStart: ncu --profile-from-start off), which holds the runs alone; profile a later one (ncu --launch-skip).
+After the range, every run is checked against the float64 reference.
 `--flush-mb MB` runs each call as the lab's timing loop does (lab/bench.py): the L2 reset first, then a write of
 an MB-sized buffer before every call, so that a profiler with its own cache control off
 (ncu --cache-control none, scripts/profile.sh's PROFILE_CACHE=none) sees the L2 a timed call meets.
@@ -72,22 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         else tuple(op.make_inputs(args.shape, dtype, "cuda", 0))
     spec = check.output_spec(op, op.reference(*case), dtype)
     call = bench.timed_call(kernel, case, writes_out, lambda: spec.empty(case[0].device))
+    # A warm-up call (compiled: torch.compile's autotuning launches its kernels too), the inputs' and the reference's
+    # kernels (PyTorch's softmax among them, which a name filter could catch) all before the profiled range.
+    call()
     flush = None
     if args.flush_mb:
-        call()  # compiled (torch.compile's autotuning launches its kernels too) before the profiled range
         flush, _ = bench.flush_buffer(args.flush_mb)
         bench.l2_reset(flush)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()  # the range that ncu --profile-from-start off watches
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()  # the range that ncu --profile-from-start off watches: the runs alone
     for _ in range(args.runs):
         if flush is not None:
             flush.zero_()
         call()
     torch.cuda.synchronize()
-    if flush is not None:
-        torch.cuda.profiler.stop()
-    # Checked after the runs, so that the profiler's --launch-skip counts this kernel's launches only
-    # (the float64 reference runs PyTorch's kernels, which a name filter could catch too).
+    torch.cuda.profiler.stop()
     res = check.check(kernel, case, writes_out, op=op)
     if not res.ok:
         sys.exit(f"profile_point: {args.variant} failed the check at {args.shape.label}: {res.summary()}; "

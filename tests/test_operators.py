@@ -106,9 +106,9 @@ def test_looped_backward_crosses_chunks():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_backward_register_cached_tuning_shapes_are_right_at_every_length(dtype):
-    """softmax_backward's register_cached with its table's shape and with twice its threads per row (the shape the
-    table is measured against, through its tuning op), at every power-of-two length it takes and one element short
-    of it, on more rows than one wave holds."""
+    """softmax_backward's register_cached with its table's shape and with twice its threads per row (what its tuning
+    op times beside each table entry), at every power-of-two length it takes and one element short of it, on more
+    rows than one wave holds."""
     op = operators.get("softmax_backward")
     max_n = cuda_variants.SOFTMAX_BACKWARD_VARIANTS["register_cached"].max_n
     lengths = [2**k for k in range(5, max_n.bit_length())]

@@ -31,10 +31,11 @@ struct RowShape {
   int threads_per_row;
   int elems_per_thread;
 };
-// The forward's tables (csrc/softmax/register_cached.cu: float32 packs of 4, 16-bit packs of 8), but where twice the
-// threads per row, each with half the elements, measured more than 1% faster at 4096 rows and no slower at the fixed
-// sweep's 2^26 / N (notebook/backward-register-cached-shapes/, H200): float32 32, 64 and 1024; 16-bit 64, 1024, 2048
-// and 8192. A shorter chain of loads, sums and stores per thread.
+// By N: float32 packs of 4, 16-bit packs of 8. Each length's shape was timed against twice its threads per row, each
+// with half the elements (softmax_backward_register_cached_with; notebook/backward-register-cached-shapes/, H200), and
+// takes the doubled shape where that measured more than 1% faster at 4096 rows and no slower at the fixed sweep's
+// 2^26 / N: float32 32, 64 and 1024, 16-bit 64, 1024, 2048 and 8192 (a shorter chain of loads, sums and stores per
+// thread).
 constexpr RowShape kShapes32[] = {
     {32, 8, 4},     {64, 16, 4},     {128, 16, 8},    {256, 32, 8},    {512, 32, 16},
     {1024, 64, 16}, {2048, 128, 16}, {4096, 256, 16}, {8192, 512, 16}, {16384, 1024, 16},
@@ -151,7 +152,7 @@ cudaError_t launch(const RowsGradArgs& a, cudaStream_t stream) {
 }
 
 // Twice the table's threads per row, each with half the elements (at least a pack), in groups of at most a block:
-// the shape the tables were measured against (softmax_backward_register_cached_with).
+// what the tuning op times beside each table entry (softmax_backward_register_cached_with).
 template <typename T, int TPR, int ELEMS>
 constexpr bool kHasTwiceTheThreads = ELEMS / 2 >= kPack<T> && 2 * TPR <= 1024;
 
