@@ -90,6 +90,19 @@ def backward_choice(m: int, n: int, dtype: torch.dtype, device: int = 0, gpu: st
     return choose(entries, m, n) if entries else None
 
 
+def backward_switch_lengths(m: int, gpu: str | None = None) -> list[int]:
+    """The row lengths n after which the backward that backward_choice gives m rows changes, in any dtype, on the
+    current GPU's model (or the model `gpu` names): n + 1 takes another entry's kernel, or, past the table's longest
+    length, none (ops' rule). Each is a measured length of its table's backward_entries. Empty where the model has no
+    table (or there is no GPU)."""
+    if gpu is None:
+        gpu = current_gpu()
+    switches: set[int] = set()
+    for entries in _BACKWARD_TABLES.get(gpu, {}).values():
+        switches |= {e[0] for e in entries if choose(entries, m, e[0]) != choose(entries, m, e[0] + 1)}
+    return sorted(switches)
+
+
 def lab_yields(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[list]:
     """The table's lab_yields at the entry lab.softmax takes for an (m, n) input of `dtype` on this GPU (or the
     model `gpu` names): [N, M, Triton variant, its GB/s, why the CUDA variant kept the entry] ([] where none

@@ -189,6 +189,22 @@ def test_compiled_attention_block_trains_like_eager(tokens):
 
 
 @pytest.mark.gpu
+def test_compiled_backward_where_the_tables_backward_changes_kernel():
+    """lab.softmax compiled with fullgraph=True, forward and backward, on both sides of every row length where this
+    GPU model's table (backward_entries) changes the backward's kernel for a few rows: the gradient against
+    float64. (trust's compiled-backward cell takes the thresholds of the rule without a table, for every variant.)"""
+    from lab import dispatch, fuzz
+    from lab.registry import get
+
+    switches = dispatch.backward_switch_lengths(fuzz.BACKWARD_ROWS)
+    if not switches:
+        pytest.skip(f"no dispatch table with backward entries for {dispatch.current_gpu()}")
+    v = get("softmax", "lab.auto")
+    cases = [(d, n + side) for d in v.dtypes for n in switches for side in (0, 1)]
+    assert fuzz.compiled_backward_mismatches(v, cases) == []
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", ["lab.auto", "cuda.auto"])
 def test_compiled_backward_at_every_backward_threshold(name, dtype):

@@ -219,6 +219,9 @@ def test_the_backward_entries_keep_the_fastest_cuda_or_triton_backward_per_point
                 ((4096, 100), (4096, 8000), (10**6, 65536), (1, 10**6))] == [
             "cuda.cluster", "triton.fused", "cuda.cluster", None]
         assert dispatch.backward_choice(4096, 100, torch.bfloat16, gpu=gpu) is None
+        # where the kernel changes for few rows: cluster to 4096, triton to 8192, cluster beyond, none past 65536
+        assert dispatch.backward_switch_lengths(3, gpu=gpu) == [4096, 8192, 65536]
+        assert dispatch.backward_switch_lengths(3, gpu="A model without a table") == []
     finally:
         dispatch.install_backward(gpu, {})
 
