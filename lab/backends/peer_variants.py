@@ -186,19 +186,24 @@ def liger_cross_entropy_reason(logits: torch.Tensor, target: torch.Tensor, optio
     return None
 
 
+def liger_loss(function, x: torch.Tensor, target: torch.Tensor, options) -> torch.Tensor:
+    """The loss of Liger's autograd Function (liger_kernel.ops.cross_entropy.LigerCrossEntropyFunction), as its
+    functional entry (liger_kernel.transformers.functional.liger_cross_entropy) calls it; in the logits' dtype, as
+    PyTorch's is (checked as such: lab/check.py, checked_as)."""
+    return function.apply(x, target, options.weight, options.ignore_index, options.z_loss, options.label_smoothing,
+                          options.reduction, options.softcap, False, False, False)[0]
+
+
 def build_liger_cross_entropy() -> Kernel:
-    # The function its autograd Function's forward runs (liger_kernel.ops.cross_entropy): it computes the loss and
-    # writes the gradient over the logits in one kernel, and its backward returns that tensor when the upstream
-    # gradient is 1 (a loss at the end of the graph), so the forward is the whole of Liger's work.
-    (forward,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "cross_entropy_forward")
+    # As a training step calls it, as the lab's entry and QuACK are timed: the forward of its autograd Function
+    # computes the loss and writes the gradient over the logits in one kernel; its backward compares the upstream
+    # gradient with 1 (torch.equal: the host waits for the GPU) and returns that tensor where it is 1.
+    (function,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction")
+    from lab.operators.cross_entropy import loss_and_grad
 
     def liger_cross_entropy(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor, torch.Tensor]:
-        x = logits.detach().requires_grad_()  # its kernel writes the gradient only for an input that requires grad
-        with torch.no_grad():
-            loss, _, _, _, grad = forward(x, target, options.weight, options.ignore_index, options.z_loss,
-                                          options.label_smoothing, options.reduction, options.softcap, False)
-        # Its loss is in the logits' dtype (as PyTorch's is): checked as such (lab/check.py, checked_as).
-        return loss.float(), grad.detach()
+        loss, grad = loss_and_grad(lambda x, t, o: liger_loss(function, x, t, o), logits, target, options)
+        return loss.float(), grad
 
     liger_cross_entropy.overwrites_input = True  # lab/registry.py, overwrites_input
     return liger_cross_entropy
@@ -215,8 +220,8 @@ register(Variant(
 ))
 register(Variant(
     name="peer.liger", **CROSS_ENTROPY, traffic=Traffic(2, 1),
-    description="Liger-Kernel cross_entropy: one program per row, an online (max, sum) loop, then a loop writing "
-                "the gradient over the logits (2 reads, 1 write)",
+    description="Liger-Kernel cross_entropy and its backward, as a training step calls them: one program per row, "
+                "an online (max, sum) loop, then a loop writing the gradient over the logits (2 reads, 1 write)",
     build=build_liger_cross_entropy, shape_reason=liger_cross_entropy_shape_reason,
     case_reason=liger_cross_entropy_reason,
 ))
@@ -237,14 +242,12 @@ def build_quack_cross_entropy_loss() -> Kernel:
 
 
 def build_liger_cross_entropy_loss() -> Kernel:
-    (forward,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "cross_entropy_forward")
+    (function,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction")
 
     def liger_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
-        # Logits that do not require grad: its kernel computes the loss and writes no gradient.
+        # As evaluation calls it: logits that do not require grad, its kernel computes the loss and writes no gradient.
         with torch.no_grad():
-            loss = forward(logits.detach(), target, options.weight, options.ignore_index, options.z_loss,
-                           options.label_smoothing, options.reduction, options.softcap, False)[0]
-        return (loss.float(),)
+            return (liger_loss(function, logits, target, options).float(),)
 
     return liger_cross_entropy_loss
 
