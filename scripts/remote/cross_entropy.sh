@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# lab.cross_entropy's device calls, one step a call (run from the repository root on the GPU machine, the build
+# carried as in device_call.sh; $OUT the device tool's folder):
+#   bash scripts/remote/cross_entropy.sh check   the GPU tests of the cross-entropy modules (the operator's kernels,
+#                                                lab.cross_entropy, its compiled forms and its CUDA graphs), the
+#                                                randomized testing of lab.auto and cuda.cluster (300 cases) and
+#                                                the four sanitizers on the operator's CUDA variant (check.txt)
+#   bash scripts/remote/cross_entropy.sh points  with the peers installed: the lab run of cross_entropy at 1024 and
+#                                                4096 tokens of 32000 and 1024 of 50257, 128256, 151936 and 256000,
+#                                                three dtypes, where lab.auto's call is host-bound: results.tgz, to
+#                                                unpack beside the run it is compared with (points.txt)
+# LAB_COMMIT names the commit (lab/env.py): set it, or a run records the device copy's .git. A lab run stopped by
+# its timeout (SIGINT) saves what it has.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STEP=${1:?check or points}
+# shellcheck source=scripts/remote/device_call.sh
+source scripts/remote/device_call.sh
+export OUT=${OUT:-build/remote}
+mkdir -p "$OUT"
+
+case "$STEP" in
+  check)
+    begin_call
+    { timeout 300 python -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_linear_cross_entropy.py 2>&1 \
+        | tail -4
+      timeout 150 python -m lab.fuzz --op cross_entropy --only lab.auto,cuda.cluster --cases 300 2>&1 | tail -4
+      timeout 200 bash scripts/sanitize.sh "$OUT/sanitizer" --op cross_entropy 2>&1 | tail -8
+    } 2>&1 | tee "$OUT/check.txt"
+    ;;
+  points)
+    begin_peers_call
+    shapes=()
+    for s in 1024x32000 4096x32000 1024x50257 1024x128256 1024x151936 1024x256000; do shapes+=(--shape "$s"); done
+    timeout -s INT 500 python -m lab.test --op cross_entropy -d bf16 -d fp16 -d fp32 --rounds 3 "${shapes[@]}" \
+      --out "$OUT/results" 2>&1 | grep -vE "^\[[0-9]+/" | tee "$OUT/points.txt" | tail -40
+    (cd "$OUT" && tar czf results.tgz results && rm -rf results)
+    ;;
+  *)
+    echo "unknown step $STEP: check or points"; exit 2
+    ;;
+esac
