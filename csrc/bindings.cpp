@@ -6,7 +6,7 @@
 //   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
 //   cross_entropy:    torch.ops.lab.cross_entropy_<name>(Tensor logits, Tensor target, Tensor? weight,
 //                     int ignore_index, str reduction, str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits,
-//                     Tensor(c!) loss, Tensor(d!)? found=None) -> () (out only; no dlogits: the loss alone)
+//                     Tensor(c!) loss) -> () (out only; no dlogits: the loss alone)
 // and each with an `.out` overload taking `*, Tensor(a!) out` and returning nothing (a custom op
 // that returns an alias of its input cannot be functionalized: torch.compile's AOT dispatch and
 // torch.library.opcheck refuse it). Softmax is taken over the last
@@ -195,15 +195,12 @@ struct SoftmaxBackward {
 // (the kernel writes NaN in its row and reads nothing at it): the first step writes the bad target straight into
 // pinned host memory (mapped: a copy after it cost 10-15 us of the GPU's time a call, in the copy and the gaps
 // around it, on an H100), which is waited for after the last step is launched, so the GPU has the kernel queued
-// while the host waits, and is never left idle for a sync. found (instead of check): the caller's pinned int64[2],
-// where the first step writes [row, target] of the first bad target (row -1: none), for the caller to wait for and
-// check later (triton_kernels/cross_entropy.py, TargetCheck); nothing waits here. Neither: nothing is checked
-// (torch.compile).
+// while the host waits, and is never left idle for a sync. No check: nothing waits (torch.compile).
 template <CrossEntropyLauncher L>
 void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,
                        int64_t ignore_index, c10::string_view reduction, const std::optional<c10::string_view>& check,
                        at::Tensor& loss_rows, const std::optional<at::Tensor>& dlogits, at::Tensor& loss,
-                       const std::optional<at::Tensor>& found, const char* op) {
+                       const char* op) {
   check_rows(x, op);
   if (dlogits.has_value()) check_like(x, *dlogits, op, "logits", "dlogits");
   const auto check_aux = [&](const at::Tensor& t, at::ScalarType type, int64_t n, const char* what) {
@@ -219,9 +216,6 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
               ": reduction must be mean, sum or none, got ", reduction);
   TORCH_CHECK(loss.device() == x.device() && loss.scalar_type() == at::kFloat && loss.numel() == 1, "lab::", op,
               ": expected loss to be one float32 on ", x.device());
-  TORCH_CHECK(!found.has_value() || (!check.has_value() && found->is_pinned() && found->scalar_type() == at::kLong &&
-                                     found->numel() == 2 && found->is_contiguous()),
-              "lab::", op, ": found must be a pinned host tensor of two int64, and check None beside it");
   if (x.numel() == 0) return;  // the caller's: an empty batch's mean is NaN, its sum 0
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -231,9 +225,8 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
   at::Tensor seen;
   int64_t* bad = nullptr;
-  if (check.has_value()) seen = at::empty({2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  if (found.has_value()) seen = *found;
-  if (seen.defined()) {
+  if (check.has_value()) {
+    seen = at::empty({2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
     void* mapped = nullptr;
     step(cudaHostGetDevicePointer(&mapped, seen.data_ptr(), 0));
     bad = static_cast<int64_t*>(mapped);
@@ -297,7 +290,7 @@ void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
   m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_CROSS_ENTROPY(name)                                                                 \
   m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, " \
-        "str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss, Tensor(d!)? found=None) -> ()");
+        "str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
@@ -351,10 +344,9 @@ TORCH_LIBRARY(lab, m) {
   m.impl("cross_entropy_" #name,                                                                    \
          [](const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,  \
             int64_t ignore_index, c10::string_view reduction, std::optional<c10::string_view> check,  \
-            at::Tensor& loss_rows, const std::optional<at::Tensor>& dx, at::Tensor& loss,               \
-            const std::optional<at::Tensor>& found) {                                                 \
+            at::Tensor& loss_rows, const std::optional<at::Tensor>& dx, at::Tensor& loss) {             \
            lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, ignore_index, reduction, check, \
-                                                             loss_rows, dx, loss, found, "cross_entropy_" #name); \
+                                                             loss_rows, dx, loss, "cross_entropy_" #name); \
          });
 #ifdef LAB_HAS_CROSS_ENTROPY
 #define LAB_IMPL_SCALE_ROWS m.impl("cross_entropy_scale_rows_", &lab::cross_entropy_scale_rows_);
