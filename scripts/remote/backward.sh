@@ -31,8 +31,6 @@ cd "$(dirname "$0")/../.."
 STEP=${1:?check, shapes, verify, tune, profile or lab}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
-export OUT=${OUT:-build/remote}
-mkdir -p "$OUT"
 
 case "$STEP" in
   tune)

@@ -16,8 +16,6 @@ cd "$(dirname "$0")/../.."
 STEP=${1:?check or points}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
-export OUT=${OUT:-build/remote}
-mkdir -p "$OUT"
 
 case "$STEP" in
   check)

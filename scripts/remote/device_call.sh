@@ -9,6 +9,10 @@
 # && mv /tmp/irpart.aa .peersA/ && mv /tmp/irpart.ab .peersB/`, and add /.labso/, /.peersA/, /.peersB/ to
 # .git/info/exclude (with /.peers1/ and /.peers2/) so that the device tool copies them only when a call carries them.
 
+# Every call's outputs go to $OUT, the device tool's folder (build/remote where it is unset), made here.
+export OUT=${OUT:-build/remote}
+mkdir -p "$OUT"
+
 # Writes the card, driver and clocks to $OUT/gpu.txt (results go under results/<gpu>/ for the card that ran).
 record_gpu() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"

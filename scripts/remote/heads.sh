@@ -14,8 +14,6 @@ cd "$(dirname "$0")/../.."
 STEP=${1:?tests, fuzz, lab or loss}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
-export OUT=${OUT:-build/remote}
-mkdir -p "$OUT"
 
 fuzz() {  # OP CASES ONLY SECONDS NAME: randomized cases of small heads; $OUT/fuzz_OP_NAME.json if done in SECONDS
   timeout -s INT "$4" python -m lab.fuzz --op "$1" --cases "$2" --only "$3" --max-elements 2000000 \
