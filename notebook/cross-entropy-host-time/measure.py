@@ -2,8 +2,8 @@
 and what does the eager target check's wait cost in the benchmark's timing? (GPU only.)
 
 For each shape and dtype: cross_entropy's variants lab.auto, cuda.cluster, triton.fused and peer.liger (those that
-build and take the shape), and lab.auto with its target check left out ("lab.auto, no check": the forward neither
-launches the check's wait nor waits; a bad target's row is NaN, as under torch.compile), each called as the
+build and take the shape), and lab.auto with its target check left out ("lab.auto, no check": the forward does not
+wait for the check; a bad target's row would be NaN, as under torch.compile), each called as the
 harness calls it (lab/operators/cross_entropy.py, loss_and_grad: autograd.grad of the loss).
 - host: lab.bench.host_us, 20 calls back to back (a call that waits for the GPU counts the wait);
 - median: lab.bench.time_rounds, L2 flushed before every call, the variants and a copy of the same bytes in
