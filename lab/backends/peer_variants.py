@@ -245,9 +245,10 @@ def build_liger_cross_entropy_loss() -> Kernel:
     (function,) = _import("liger-kernel", "liger_kernel.ops.cross_entropy", "LigerCrossEntropyFunction")
 
     def liger_cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor, options) -> tuple[torch.Tensor]:
-        # As evaluation calls it: logits that do not require grad, its kernel computes the loss and writes no gradient.
+        # As evaluation calls it: logits that do not require grad (detached: its forward writes the gradient over an
+        # input that requires grad, under no_grad too), its kernel computes the loss and writes no gradient.
         with torch.no_grad():
-            return (liger_loss(function, logits, target, options).float(),)
+            return (liger_loss(function, logits.detach(), target, options).float(),)
 
     return liger_cross_entropy_loss
 
