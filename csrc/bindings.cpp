@@ -5,8 +5,9 @@
 //   vector_add:       torch.ops.lab.vector_add_<name>(Tensor a, Tensor b) -> Tensor
 //   softmax_backward: torch.ops.lab.softmax_backward_<name>(Tensor y, Tensor dy) -> Tensor
 //   cross_entropy:    torch.ops.lab.cross_entropy_<name>(Tensor logits, Tensor target, Tensor? weight,
-//                     int ignore_index, str reduction, str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits,
-//                     Tensor(c!) loss) -> () (out only; no dlogits: the loss alone)
+//                     Tensor summary, int ignore_index, str reduction, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits,
+//                     Tensor(c!) loss) -> () (out only; no dlogits: the loss alone), after
+//                     torch.ops.lab.cross_entropy_targets, which writes summary
 // and each with an `.out` overload taking `*, Tensor(a!) out` and returning nothing (a custom op
 // that returns an alias of its input cannot be functionalized: torch.compile's AOT dispatch and
 // torch.library.opcheck refuse it). Softmax is taken over the last
@@ -189,29 +190,63 @@ struct SoftmaxBackward {
 };
 
 #ifdef LAB_HAS_CROSS_ENTROPY
-// cross_entropy's out entry, the operator's three steps on the current stream: the targets (the reduction's factor,
-// the first bad target), the variant's kernel (the loss per row and dlogits), the reduction (loss: the mean or the
-// sum of the rows' losses; not for "none"). check: a name to raise a ValueError with if a target is out of range
-// (the kernel writes NaN in its row and reads nothing at it): the first step writes the bad target straight into
-// pinned host memory (mapped: a copy after it cost 10-15 us of the GPU's time a call, in the copy and the gaps
-// around it, on an H100), which is waited for after the last step is launched, so the GPU has the kernel queued
-// while the host waits, and is never left idle for a sync. No check: nothing waits (torch.compile).
+void check_aux(const at::Tensor& t, const at::Device& device, at::ScalarType type, int64_t n, const char* op,
+               const char* what) {
+  TORCH_CHECK(t.device() == device && t.scalar_type() == type && t.dim() == 1 && t.size(0) == n && t.is_contiguous(),
+              "lab::", op, ": expected ", what, " to be a contiguous 1-D ", type, " tensor of ", n, " elements on ",
+              device, ", got ", t.scalar_type(), " of shape ", t.sizes(), " on ", t.device());
+}
+
+// cross_entropy's first step, on the current stream: summary = (the mean's denominator, the gradient's factor c), and
+// where found is given (pinned host memory, two int64), found = (the first row whose target is neither ignore_index
+// nor in [0, vocab), that target), or (-1, 0). found is written straight through its mapping (a copy after the step
+// cost 10-15 us of the GPU's time a call, in the copy and the gaps around it, on an H100); nothing waits here: the
+// caller records an event after this op and waits for it where it needs the answer (triton_kernels/cross_entropy.py,
+// TargetCheck), so that the wait is for this step alone, never for the kernel launched after it.
+void cross_entropy_targets_out(const at::Tensor& target, const std::optional<at::Tensor>& weight, int64_t vocab,
+                               int64_t ignore_index, c10::string_view reduction, at::Tensor& summary,
+                               const std::optional<at::Tensor>& found) {
+  const char* op = "cross_entropy_targets";
+  TORCH_CHECK(target.is_cuda() && target.scalar_type() == at::kLong && target.dim() == 1 && target.is_contiguous(),
+              "lab::", op, ": expected target to be a contiguous 1-D int64 CUDA tensor, got ", target.scalar_type(),
+              " of shape ", target.sizes(), " on ", target.device());
+  TORCH_CHECK(vocab >= 0, "lab::", op, ": vocab must be >= 0, got ", vocab);
+  TORCH_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none", "lab::", op,
+              ": reduction must be mean, sum or none, got ", reduction);
+  check_aux(summary, target.device(), at::kFloat, 2, op, "summary");
+  if (weight.has_value()) check_aux(*weight, target.device(), at::kFloat, vocab, op, "weight");
+  TORCH_CHECK(!found.has_value() || (found->is_pinned() && found->scalar_type() == at::kLong &&
+                                     found->numel() == 2 && found->is_contiguous()),
+              "lab::", op, ": found must be a pinned host tensor of two int64");
+  const c10::cuda::CUDAGuard guard(target.device());
+  int64_t* bad = nullptr;
+  if (found.has_value()) {
+    void* mapped = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&mapped, found->data_ptr(), 0), op);
+    bad = static_cast<int64_t*>(mapped);
+  }
+  const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
+  check_cuda(cross_entropy_targets({target.data_ptr<int64_t>(), w, target.size(0), vocab, ignore_index,
+                                    reduction == "mean", summary.data_ptr<float>(), bad},
+                                   c10::cuda::getCurrentCUDAStream()),
+             op);
+}
+
+// cross_entropy's out entry, the operator's two steps after cross_entropy_targets, on the current stream: the
+// variant's kernel (the loss per row and dlogits, scaled by summary[1]), the reduction (loss: the sum of the rows'
+// losses, divided by summary[0] for the mean; not for "none"). A target out of range makes its row NaN (the kernel
+// reads nothing at it); the targets' step finds it.
 template <CrossEntropyLauncher L>
 void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,
-                       int64_t ignore_index, c10::string_view reduction, const std::optional<c10::string_view>& check,
+                       const at::Tensor& summary, int64_t ignore_index, c10::string_view reduction,
                        at::Tensor& loss_rows, const std::optional<at::Tensor>& dlogits, at::Tensor& loss,
                        const char* op) {
   check_rows(x, op);
   if (dlogits.has_value()) check_like(x, *dlogits, op, "logits", "dlogits");
-  const auto check_aux = [&](const at::Tensor& t, at::ScalarType type, int64_t n, const char* what) {
-    TORCH_CHECK(t.device() == x.device() && t.scalar_type() == type && t.dim() == 1 && t.size(0) == n &&
-                    t.is_contiguous(),
-                "lab::", op, ": expected ", what, " to be a contiguous 1-D ", type, " tensor of ", n,
-                " elements on ", x.device(), ", got ", t.scalar_type(), " of shape ", t.sizes(), " on ", t.device());
-  };
-  check_aux(target, at::kLong, x.size(0), "target");
-  check_aux(loss_rows, at::kFloat, x.size(0), "loss_rows");
-  if (weight.has_value()) check_aux(*weight, at::kFloat, x.size(1), "weight");
+  check_aux(target, x.device(), at::kLong, x.size(0), op, "target");
+  check_aux(loss_rows, x.device(), at::kFloat, x.size(0), op, "loss_rows");
+  check_aux(summary, x.device(), at::kFloat, 2, op, "summary");
+  if (weight.has_value()) check_aux(*weight, x.device(), at::kFloat, x.size(1), op, "weight");
   TORCH_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none", "lab::", op,
               ": reduction must be mean, sum or none, got ", reduction);
   TORCH_CHECK(loss.device() == x.device() && loss.scalar_type() == at::kFloat && loss.numel() == 1, "lab::", op,
@@ -219,31 +254,8 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   if (x.numel() == 0) return;  // the caller's: an empty batch's mean is NaN, its sum 0
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const auto step = [op](cudaError_t err) { check_cuda(err, op); };
-  at::Tensor summary = at::empty({2}, x.options().dtype(at::kFloat));
   const bool mean = reduction == "mean";
   const float* w = weight.has_value() ? weight->data_ptr<float>() : nullptr;
-  at::Tensor seen;
-  int64_t* bad = nullptr;
-  if (check.has_value()) {
-    seen = at::empty({2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-    void* mapped = nullptr;
-    step(cudaHostGetDevicePointer(&mapped, seen.data_ptr(), 0));
-    bad = static_cast<int64_t*>(mapped);
-  }
-  // Destroyed however the function leaves, after waiting for the first step: `seen` may be reused once freed.
-  struct Event {
-    cudaEvent_t e = nullptr;
-    ~Event() {
-      if (e != nullptr) (void)cudaEventSynchronize(e), (void)cudaEventDestroy(e);
-    }
-  } landed;
-  step(cross_entropy_targets({target.data_ptr<int64_t>(), w, x.size(0), x.size(1), ignore_index, mean,
-                              summary.data_ptr<float>(), bad}, stream));
-  if (check.has_value()) {
-    step(cudaEventCreateWithFlags(&landed.e, cudaEventDisableTiming));
-    step(cudaEventRecord(landed.e, stream));
-  }
   const at::Tensor& dx = dlogits.has_value() ? *dlogits : x;  // the loss alone: dx is x, and not written
   const CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(), w,
                               summary.data_ptr<float>() + 1, loss_rows.data_ptr<float>(), x.size(0), x.size(1),
@@ -251,14 +263,9 @@ void cross_entropy_out(const at::Tensor& x, const at::Tensor& target, const std:
   launch_checked(L, args, x, op, (std::string("cross_entropy/") + (op + sizeof("cross_entropy_") - 1)).c_str(),
                  x.size(1));
   if (reduction != "none") {
-    step(cross_entropy_reduce({loss_rows.data_ptr<float>(), x.size(0), summary.data_ptr<float>(), mean,
-                               loss.data_ptr<float>()}, stream));
-  }
-  if (check.has_value()) {
-    step(cudaEventSynchronize(landed.e));
-    const int64_t* found = seen.data_ptr<int64_t>();
-    TORCH_CHECK_VALUE(found[0] < 0, *check, ": a target is out of range (", found[1], ", row ", found[0],
-                      "): targets must be in [0, ", x.size(1), ") or ignore_index (", ignore_index, ")");
+    check_cuda(cross_entropy_reduce({loss_rows.data_ptr<float>(), x.size(0), summary.data_ptr<float>(), mean,
+                                     loss.data_ptr<float>()}, stream),
+               op);
   }
 }
 
@@ -289,14 +296,16 @@ void cross_entropy_scale_rows_(at::Tensor& g, const at::Tensor& scale) {
   m.def("softmax_backward_" #name "(Tensor y, Tensor dy) -> Tensor");                               \
   m.def("softmax_backward_" #name ".out(Tensor y, Tensor dy, *, Tensor(a!) out) -> ()");
 #define LAB_DEF_CROSS_ENTROPY(name)                                                                 \
-  m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, " \
-        "str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()");
+  m.def("cross_entropy_" #name "(Tensor logits, Tensor target, Tensor? weight, Tensor summary, int ignore_index, " \
+        "str reduction, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()");
 TORCH_LIBRARY(lab, m) {
   LAB_SOFTMAX_VARIANTS(LAB_DEF_SOFTMAX)
   LAB_VECTOR_ADD_VARIANTS(LAB_DEF_VECTOR_ADD)
   LAB_SOFTMAX_BACKWARD_VARIANTS(LAB_DEF_SOFTMAX_BACKWARD)
   LAB_CROSS_ENTROPY_VARIANTS(LAB_DEF_CROSS_ENTROPY)
 #ifdef LAB_HAS_CROSS_ENTROPY
+  m.def("cross_entropy_targets(Tensor target, Tensor? weight, int vocab, int ignore_index, str reduction, *, "
+        "Tensor(a!) summary, Tensor(b!)? found) -> ()");
   m.def("cross_entropy_scale_rows_(Tensor(a!) g, Tensor scale) -> ()");
   m.def("cross_entropy_cluster_max_cols(ScalarType dtype, bool aligned=True) -> int",
         [](at::ScalarType type, bool aligned) {
@@ -343,13 +352,15 @@ TORCH_LIBRARY(lab, m) {
 #define LAB_IMPL_CROSS_ENTROPY(name)                                                                \
   m.impl("cross_entropy_" #name,                                                                    \
          [](const at::Tensor& x, const at::Tensor& target, const std::optional<at::Tensor>& weight,  \
-            int64_t ignore_index, c10::string_view reduction, std::optional<c10::string_view> check,  \
+            const at::Tensor& summary, int64_t ignore_index, c10::string_view reduction,               \
             at::Tensor& loss_rows, const std::optional<at::Tensor>& dx, at::Tensor& loss) {             \
-           lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, ignore_index, reduction, check, \
+           lab::cross_entropy_out<lab::cross_entropy_##name>(x, target, weight, summary, ignore_index, reduction, \
                                                              loss_rows, dx, loss, "cross_entropy_" #name); \
          });
 #ifdef LAB_HAS_CROSS_ENTROPY
-#define LAB_IMPL_SCALE_ROWS m.impl("cross_entropy_scale_rows_", &lab::cross_entropy_scale_rows_);
+#define LAB_IMPL_SCALE_ROWS                                                                         \
+  m.impl("cross_entropy_scale_rows_", &lab::cross_entropy_scale_rows_);                             \
+  m.impl("cross_entropy_targets", &lab::cross_entropy_targets_out);
 #else
 #define LAB_IMPL_SCALE_ROWS
 #endif
@@ -602,33 +613,35 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 
 #ifdef LAB_HAS_CROSS_ENTROPY
 // Tuning the cross-entropy kernel's launch (scripts/tune/tune_cross_entropy_cluster.py):
-//   torch.ops.lab_tune.cross_entropy_loss(Tensor logits, Tensor target, int shape, int cluster, bool persistent,
-//                                         int stagger_groups=1, int stagger_ns=0) -> Tensor
-//       the loss per row (the loss alone: no gradient, no reduction, ignore_index -100, no class weights) from the
-//       cluster kernel alone on the given plan (errors where the shape is not compiled for it or its registers do
-//       not hold the slice)
+//   torch.ops.lab_tune.cross_entropy(Tensor logits, Tensor target, int shape, int cluster, bool persistent,
+//                                    int stagger_groups=1, int stagger_ns=0, *, Tensor(a!)? dlogits=None) -> Tensor
+//       the loss per row (no reduction, ignore_index -100, no class weights) from the cluster kernel alone on the
+//       given plan, with the gradient of the rows' sum written into dlogits where given (else the loss alone);
+//       errors where the shape is not compiled for it or its registers do not hold the slice
 //   torch.ops.lab_tune.cross_entropy_shapes(ScalarType dtype) -> int[]   the resident shapes (indices of
 //       cluster_shapes) compiled for the kernel in that dtype
-//   torch.ops.lab_tune.cross_entropy_loss_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]
-//       the loss alone's plan, as cluster_plan gives softmax's
+//   torch.ops.lab_tune.cross_entropy_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True,
+//                                         bool grad=False) -> int[]
+//       the kernel's plan with the gradient or for the loss alone, as cluster_plan gives softmax's
 namespace {
-at::Tensor tune_cross_entropy_loss(const at::Tensor& x, const at::Tensor& target, int64_t shape, int64_t cluster,
-                                   bool persistent, int64_t stagger_groups, int64_t stagger_ns) {
-  const char* op = "cross_entropy_loss (tuned)";
+at::Tensor tune_cross_entropy(const at::Tensor& x, const at::Tensor& target, int64_t shape, int64_t cluster,
+                              bool persistent, int64_t stagger_groups, int64_t stagger_ns,
+                              const std::optional<at::Tensor>& dlogits) {
+  const char* op = "cross_entropy (tuned)";
   lab::check_rows(x, op);
-  TORCH_CHECK(target.device() == x.device() && target.scalar_type() == at::kLong && target.dim() == 1 &&
-                  target.size(0) == x.size(0) && target.is_contiguous(),
-              "lab_tune::", op, ": expected target to be a contiguous 1-D int64 tensor of ", x.size(0),
-              " elements on ", x.device());
+  if (dlogits.has_value()) lab::check_like(x, *dlogits, op, "logits", "dlogits");
+  lab::check_aux(target, x.device(), at::kLong, x.size(0), op, "target");
   TORCH_CHECK(stagger_groups >= 1 && stagger_groups <= 64 && stagger_ns >= 0 && stagger_ns <= 100000, "lab_tune::",
               op, ": stagger_groups must be 1 to 64 and stagger_ns 0 to 100000, got ", stagger_groups, " and ",
               stagger_ns);
   at::Tensor loss_rows = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  const at::Tensor one = at::ones({1}, x.options().dtype(at::kFloat));  // the factor c of a sum
   const lab::ClusterPlan plan{static_cast<int>(shape), static_cast<int>(cluster), persistent,
                               {static_cast<int>(stagger_groups), static_cast<int>(stagger_ns)}};
-  const lab::CrossEntropyArgs args{x.data_ptr(), x.data_ptr(), target.data_ptr<int64_t>(), nullptr, nullptr,
-                                   loss_rows.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), x.stride(0),
-                                   -100, lab::to_lab_dtype(x, op), false};
+  const at::Tensor& dx = dlogits.has_value() ? *dlogits : x;
+  const lab::CrossEntropyArgs args{x.data_ptr(), dx.data_ptr(), target.data_ptr<int64_t>(), nullptr,
+                                   one.data_ptr<float>(), loss_rows.data_ptr<float>(), x.size(0), x.size(1),
+                                   x.stride(0), dx.stride(0), -100, lab::to_lab_dtype(x, op), dlogits.has_value()};
   if (x.numel() == 0) return loss_rows;
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaError_t err = lab::cross_entropy_cluster_with(args, plan, c10::cuda::getCurrentCUDAStream());
@@ -648,23 +661,24 @@ std::vector<int64_t> tune_cross_entropy_shapes(at::ScalarType dtype) {
   return std::vector<int64_t>(shapes, shapes + count);
 }
 
-std::vector<int64_t> tune_cross_entropy_loss_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned) {
+std::vector<int64_t> tune_cross_entropy_plan(int64_t cols, at::ScalarType dtype, int64_t rows, bool aligned,
+                                             bool grad) {
   const at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(dtype));
   const lab::ClusterPlan plan =
-      lab::cross_entropy_loss_plan(cols, rows, lab::to_lab_dtype(probe, "cross_entropy_loss_plan"), aligned);
+      lab::cross_entropy_plan(cols, rows, lab::to_lab_dtype(probe, "cross_entropy_plan"), aligned, grad);
   return {plan.shape, plan.cluster, plan.persistent ? 1 : 0, plan.stagger.groups, plan.stagger.step_ns};
 }
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(lab_tune, m) {
-  m.def("cross_entropy_loss(Tensor logits, Tensor target, int shape, int cluster, bool persistent, "
-        "int stagger_groups=1, int stagger_ns=0) -> Tensor");
+  m.def("cross_entropy(Tensor logits, Tensor target, int shape, int cluster, bool persistent, "
+        "int stagger_groups=1, int stagger_ns=0, *, Tensor(a!)? dlogits=None) -> Tensor");
   m.def("cross_entropy_shapes(ScalarType dtype) -> int[]", &tune_cross_entropy_shapes);
-  m.def("cross_entropy_loss_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True) -> int[]",
-        &tune_cross_entropy_loss_plan);
+  m.def("cross_entropy_plan(int cols, ScalarType dtype, int rows=0, bool aligned=True, bool grad=False) -> int[]",
+        &tune_cross_entropy_plan);
 }
-TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("cross_entropy_loss", &tune_cross_entropy_loss); }
-TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("cross_entropy_loss", &tune_cross_entropy_loss); }
+TORCH_LIBRARY_IMPL(lab_tune, CUDA, m) { m.impl("cross_entropy", &tune_cross_entropy); }
+TORCH_LIBRARY_IMPL(lab_tune, CPU, m) { m.impl("cross_entropy", &tune_cross_entropy); }
 #endif  // LAB_HAS_CROSS_ENTROPY
 
 // `import lab._C` loads this library, whose static initializers register the operators above; the

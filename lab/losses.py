@@ -50,8 +50,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     Differentiable in the logits: the gradient is written by the forward when logits require grad.
     inplace=True writes that gradient over the logits (saving their memory, as Liger does): the logits are
     consumed, and the forward then needs them to require grad.
-    A target out of range is an error here; under torch.compile, where nothing is checked on the host, it makes
-    that row's loss and gradient NaN.
+    A target out of range makes that row's loss and gradient NaN, and is a ValueError naming it: raised here where
+    no gradient is wanted or inplace=True, and by the backward where one is (the forward then leaves the check to
+    the backward, so as not to wait for the GPU); under torch.compile, where nothing is checked on the host, the NaN
+    row alone.
     """
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError("lab.cross_entropy: logits and target must be tensors")
@@ -108,19 +110,25 @@ def _check_options(name: str, reduction: str, label_smoothing: float, z_loss: fl
 
 class _Eager(torch.autograd.Function):
     """Eagerly, the same kernels as the op torch.ops.lab_triton.cross_entropy, launched directly: the op's Python
-    dispatch costs host time on every call, and a short call is host-bound."""
+    dispatch costs host time on every call, and a short call is host-bound. The check of the targets is launched by
+    the forward and waited for by the backward (which raises for a bad target): a wait in the forward would hold the
+    host until the GPU had done everything queued before the loss, and the backward's launches would then reach an
+    idle GPU (notebook/cross-entropy-host-time/). The wait is for the targets' step alone, which runs before the
+    loss's kernel (TargetCheck)."""
 
     @staticmethod
     def forward(ctx, rows, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap):
         dx = _ops().rows_like(rows)
-        loss = _ops().loss_and_grad(rows, target, weight, ignore_index, reduction, label_smoothing, z_loss,
-                                        softcap, dx, check=True)
+        loss, ctx.targets = _ops().loss_and_grad_checked_later(rows, target, weight, ignore_index, reduction,
+                                                                label_smoothing, z_loss, softcap, dx)
         ctx.save_for_backward(dx)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
         _once(ctx, "lab.cross_entropy")
+        if ctx.targets is not None:
+            ctx.targets.wait()
         (dlogits,) = ctx.saved_tensors
         _scale_rows(dlogits, grad_loss)
         return (dlogits,) + (None,) * 7

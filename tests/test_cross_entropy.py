@@ -123,6 +123,20 @@ def test_bad_input_is_a_clear_error(v):
         kernel(logits, target.to(wrong_device), options)
 
 
+def test_the_backward_raises_for_the_target_out_of_range_that_the_forward_launched_the_check_of():
+    """lab.cross_entropy's autograd function (its Triton kernels, interpreted on the CPU): the forward leaves the
+    check of the targets to the backward, which names the first bad row; its loss is NaN until then."""
+    from lab import losses
+
+    logits = torch.randn(5, 40, device=DEVICE, requires_grad=True)
+    target = torch.tensor([3, 40, -1, -100, 7], device=DEVICE)
+    loss = losses._Eager.apply(logits, target, None, -100, "mean", 0.0, 0.0, None)
+    assert loss.isnan()
+    with pytest.raises(ValueError, match="lab.cross_entropy: a target is out of range \\(40, row 1\\)"):
+        loss.backward()
+    assert logits.grad is None
+
+
 @pytest.mark.parametrize("v", KERNELS, ids=lambda v: v.name)
 def test_an_option_a_kernel_lacks_is_refused_not_ignored(v):
     """A kernel that lacks an option (the CUDA kernel: label smoothing, z-loss, soft-capping) says so and refuses
@@ -310,13 +324,82 @@ def test_lab_cross_entropy_of_any_rank_and_without_grad():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [33, 50257], ids=["triton", "cuda"])
+def test_a_target_out_of_range_is_raised_by_the_call_or_by_its_backward(vocab):
+    """Without a gradient (evaluation) and in place, lab.cross_entropy raises; with one, its forward leaves the check
+    to the backward, which raises (the row's loss is NaN until then)."""
+    import lab
+
+    logits = torch.randn(4, vocab, device="cuda", requires_grad=True)
+    target = torch.tensor([1, 2, vocab, -100], device="cuda")
+    named = f"lab.cross_entropy: a target is out of range \\({vocab}, row 2\\)"
+    loss = lab.cross_entropy(logits, target)
+    assert loss.isnan()
+    with pytest.raises(ValueError, match=named):
+        loss.backward()
+    with torch.no_grad(), pytest.raises(ValueError, match=named):
+        lab.cross_entropy(logits, target)
+    with pytest.raises(ValueError, match=named):
+        lab.cross_entropy(logits.detach().clone().requires_grad_(), target, inplace=True)
+    rows = lab.cross_entropy(logits, target.clamp(max=vocab - 1), reduction="none")
+    rows.sum().backward()  # a good batch after a bad one: nothing left over
+    assert rows.isfinite().all() and logits.grad.isfinite().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [1000, 50257], ids=["triton", "cuda"])
+def test_lab_cross_entropy_waits_for_the_check_of_its_targets_alone(vocab, monkeypatch):
+    """With a gradient wanted, the forward returns while the GPU is still busy with what was queued before it, and
+    the backward waits for the targets' step alone, not for the loss's kernel queued after it (here held back by a
+    sleep queued before it): the host runs ahead of the GPU, as with PyTorch's own loss."""
+    import lab
+    from lab import losses
+
+    logits = torch.randn(64, vocab, device="cuda", requires_grad=True)
+    target = torch.randint(0, vocab, (64,), device="cuda")
+    lab.cross_entropy(logits, target).backward()  # compiled and warm
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2**31 - 1)  # about a second of the GPU's time
+    queued = torch.cuda.Event()
+    queued.record()
+    loss = lab.cross_entropy(logits, target)
+    assert not queued.query(), "the forward waited for the work queued before it"
+    loss.backward()
+    assert queued.query()
+
+    kernels = losses._ops()
+    launch, slept = kernels.cross_entropy_kernel, torch.cuda.Event()
+    cluster = torch.ops.lab.cross_entropy_cluster
+
+    class Held:  # the loss's kernel, a sleep queued before it
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                torch.cuda._sleep(2**31 - 1)
+                slept.record()
+                return launch[grid](*args, **kwargs)
+            return run
+
+    def held_cluster(*args, **kwargs):
+        torch.cuda._sleep(2**31 - 1)
+        slept.record()
+        return cluster(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "cross_entropy_kernel", Held())
+    monkeypatch.setattr(torch.ops.lab, "cross_entropy_cluster", held_cluster)
+    torch.cuda.synchronize()
+    loss = lab.cross_entropy(logits, target)
+    loss.backward()
+    assert not slept.query(), "the backward waited for the loss's kernel, not for the targets' step alone"
+    torch.cuda.synchronize()
+    assert slept.query()
+
+
+@pytest.mark.gpu
 def test_lab_cross_entropy_bad_input_is_a_clear_error():
     import lab
 
     logits = torch.randn(4, 33, device="cuda", requires_grad=True)
     target = torch.tensor([1, 2, 33, -100], device="cuda")
-    with pytest.raises(ValueError, match="a target is out of range \\(33, row 2\\)"):
-        lab.cross_entropy(logits, target)
     with pytest.raises(TypeError, match="int64 targets"):
         lab.cross_entropy(logits, target.int())
     with pytest.raises(ValueError, match="target's shape"):

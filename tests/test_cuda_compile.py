@@ -418,20 +418,29 @@ def test_fake_implementations():
 
 @needs_extension
 def test_cross_entropy_ops():
-    """cross_entropy's ops write the loss per row, dlogits (none: the loss alone) and the reduced loss, and return
-    nothing: their schema, a CPU tensor and a tensor that requires grad refused with clear messages, a fake kernel
+    """cross_entropy's ops: the targets' step writes the reduction's summary (and the first bad target, where asked),
+    each variant's op the loss per row, dlogits (none: the loss alone) and the reduced loss; both return nothing:
+    their schemas, a CPU tensor and a tensor that requires grad refused with clear messages, a fake kernel
     (torch.compile's) that returns nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cuda_variants.load_extension()
+    targets = torch.ops.lab.cross_entropy_targets
+    assert str(targets.default._schema) == (
+        "lab::cross_entropy_targets(Tensor target, Tensor? weight, int vocab, int ignore_index, str reduction, *, "
+        "Tensor(a!) summary, Tensor(b!)? found) -> ()")
+    target = torch.tensor([1, -100, 39])
+    with pytest.raises(RuntimeError, match="lab::cross_entropy_targets: expected target to be a contiguous 1-D int64 "
+                                           "CUDA tensor, got Long of shape \\[3\\] on cpu"):
+        targets(target, None, 40, -100, "mean", summary=torch.empty(2), found=None)
     for name in cuda_variants.CUDA_OPS["cross_entropy"]:
         torch_name = cuda_variants.torch_op("cross_entropy", name)
         op = getattr(torch.ops.lab, torch_name)
         assert str(op.default._schema) == (
-            f"lab::{torch_name}(Tensor logits, Tensor target, Tensor? weight, int ignore_index, str reduction, "
-            "str? check, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()")
-        logits, target = torch.randn(3, 40), torch.tensor([1, -100, 39])
-        args = (logits, target, None, -100, "mean", "test")
+            f"lab::{torch_name}(Tensor logits, Tensor target, Tensor? weight, Tensor summary, int ignore_index, "
+            "str reduction, *, Tensor(a!) loss_rows, Tensor(b!)? dlogits, Tensor(c!) loss) -> ()")
+        logits = torch.randn(3, 40)
+        args = (logits, target, None, torch.empty(2), -100, "mean")
         outs = dict(loss_rows=torch.empty(3), dlogits=torch.empty(3, 40), loss=torch.empty(()))
         with pytest.raises(RuntimeError, match=f"lab::{torch_name}: expected a CUDA tensor, got one on cpu"):
             op(*args, **outs)
@@ -439,7 +448,9 @@ def test_cross_entropy_ops():
             op(logits.requires_grad_(), *args[1:], **outs)
         with FakeTensorMode():
             fake = [torch.empty(t.shape, dtype=t.dtype) for t in (logits, target)]
-            assert op(fake[0], fake[1], None, -100, "mean", None, loss_rows=torch.empty(3),
+            summary = torch.empty(2)
+            assert targets(fake[1], None, 40, -100, "mean", summary=summary, found=None) is None
+            assert op(fake[0], fake[1], None, summary, -100, "mean", loss_rows=torch.empty(3),
                       dlogits=torch.empty(3, 40), loss=torch.empty(())) is None
 
 

@@ -19,11 +19,12 @@ read last chunk first, from L2 where the row still is); the loss, targets and we
 Launch: a grid of M programs; looped's chunks and warps are triton_kernels/looped.py's launch_config.
 Limits: fused takes V <= FUSED_MAX_V (the row must fit one program's registers); looped any V. Targets must be in
 [0, V) or ignore_index: the wrapper raises for one after the launches, having waited for targets_kernel alone
-(_run); a target out of range that reaches the kernel unchecked (lab.cross_entropy under torch.compile or in a
-CUDA graph's capture) makes its row's loss and gradient NaN, and nothing is read at it. 64-bit row offsets;
-float32 arithmetic whatever the dtype.
+(_run), or leaves that wait to lab.cross_entropy's backward (TargetCheck); a target out of range that reaches the
+kernel unchecked (lab.cross_entropy under torch.compile or in a CUDA graph's capture) makes its row's loss and
+gradient NaN, and nothing is read at it. 64-bit row offsets; float32 arithmetic whatever the dtype.
 """
 
+import contextlib
 import functools
 
 import torch
@@ -281,62 +282,103 @@ def targets_kernel(target_ptr, weight_ptr, summary_ptr, bad_ptr, rows, vocab, ig
 TARGETS_BLOCK = 1024  # targets_kernel's chunk: 8 KiB of int64 targets a step
 
 
+class TargetCheck:
+    """A call's check of its targets, launched on the GPU (or run, on the CPU) and not yet looked at: the first row
+    whose target is neither ignore_index nor in [0, vocab), and that target, land in `found` ([row, target], row -1
+    where none is; pinned host memory on a GPU) when the event `landed`, recorded right after the targets' step that
+    writes it (before the loss's kernel), completes. wait() waits for that alone and raises the ValueError `name`
+    gives. Dropped without a wait, it waits then: the GPU writes `found` until the event, and freed pinned memory is
+    handed out again."""
+
+    def __init__(self, name: str, found: torch.Tensor, vocab: int, ignore_index: int):
+        self.name, self.found, self.vocab, self.ignore_index = name, found, vocab, ignore_index
+        self.landed = torch.cuda.Event() if found.is_pinned() else None
+        if self.landed is not None:
+            self.landed.record()
+
+    def wait(self) -> None:
+        """Raise for a bad target, once the check has landed (at most once: a second wait is a no-op)."""
+        found, self.found = self.found, None
+        if found is None:
+            return
+        if self.landed is not None:
+            self.landed.synchronize()
+        row, target = found.tolist()
+        if row >= 0:
+            raise out_of_range(self.name, target, row, self.vocab, self.ignore_index)
+
+    def __del__(self):
+        if self.found is not None and self.landed is not None:
+            with contextlib.suppress(Exception):  # at interpreter exit, CUDA may be gone
+                self.landed.synchronize()
+
+
 def _run(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int, reduction: str,
          smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None, whole_row: bool,
          wrap=lambda kernel: kernel, config: tuple[int, int, int] | None = None, cuda: bool = False,
          check: str | None = None) -> torch.Tensor:
-    """The loss (reduced), with dlogits written into dx unless dx is None: targets_kernel (the reduction's factor),
-    then the kernel, then the reduction. wrap: how the kernels are launched (traceable in an op); cuda: the CUDA
-    cluster kernel instead of the Triton one, its op doing the same three steps and the check in C++ (dx not the
-    logits, or None: the loss alone; no label smoothing, z-loss or soft-capping).
-    check: a name to raise a ValueError with, after the launches, if a target is out of range (the kernels write
-    NaN in its row and read nothing at it). The check waits for targets_kernel alone, not for the kernels launched
-    after it: the GPU is not left idle while Python runs, as a sync before the launches would leave it. None: no
+    """The loss (reduced), with dlogits written into dx unless dx is None (_launch), and, where check names the
+    caller, the wait for the targets' step and a ValueError with that name if a target is out of range (the kernels
+    write NaN in its row and read nothing at it). The wait is for the targets' step alone, after the loss's kernels
+    are launched: the GPU is not left idle while Python runs, as a sync before the launches would leave it. None: no
     check (under torch.compile and in a CUDA graph's capture, where a bad target's row is NaN)."""
+    loss, pending = _launch(logits, target, weight, ignore_index, reduction, smoothing, z_loss, softcap, dx,
+                            whole_row, wrap, config, cuda, check)
+    if pending is not None:
+        pending.wait()
+    return loss
+
+
+def _launch(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+            reduction: str, smoothing: float, z_loss: float, softcap: float | None, dx: torch.Tensor | None,
+            whole_row: bool, wrap, config: tuple[int, int, int] | None, cuda: bool, check: str | None
+            ) -> tuple[torch.Tensor, TargetCheck | None]:
+    """_run's launches, three steps: the targets (the reduction's factor, the first bad target), the kernel, the
+    reduction; returns the loss and the check of the targets not yet waited for (None without one). wrap: how the
+    Triton kernels are launched (traceable in an op); cuda: the CUDA cluster kernel instead of the Triton one, its
+    ops doing the targets' step and the kernel with the reduction (csrc/bindings.cpp; dx not the logits, or None:
+    the loss alone; no label smoothing, z-loss or soft-capping)."""
     rows, vocab = logits.shape
     if check is not None and logits.is_cuda and torch.cuda.is_current_stream_capturing():
         check = None  # a CUDA graph being captured: nothing may wait, and the replays check nothing either
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    if logits.numel() and cuda:  # the three steps and the check in one op (csrc/bindings.cpp, cross_entropy_out)
-        loss = torch.empty((), dtype=torch.float32, device=logits.device)
-        torch.ops.lab.cross_entropy_cluster(logits, target, None if weight is None else weight.float().contiguous(),
-                                            ignore_index, reduction, check, loss_rows=loss_rows, dlogits=dx, loss=loss)
-        return loss_rows if reduction == "none" else loss
     summary = torch.empty(2, dtype=torch.float32, device=logits.device)
-    # The bad target: written by targets_kernel straight into pinned host memory where it is checked on a GPU, as
-    # the CUDA op writes it (csrc/bindings.cpp, cross_entropy_out: a copy costs more), else into a device tensor.
-    pinned = check is not None and logits.is_cuda
-    bad = torch.empty(2, dtype=torch.int64, device="cpu" if pinned else logits.device, pin_memory=pinned)
-    wrap(targets_kernel)[(1,)](target, weight if weight is not None else summary, summary, bad, rows, vocab,
-                               ignore_index, HAS_WEIGHT=weight is not None, MEAN=reduction == "mean",
-                               BLOCK=TARGETS_BLOCK)
-    scale = summary[1:]
-    if pinned:
-        landed = torch.cuda.Event()
-        landed.record()
-    try:
-        if logits.numel():
-            block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
-                                if whole_row else launch_config(vocab, logits.element_size()))
-            programs = rows
-            if config is not None:  # (block, warps, programs): a tuner's
-                block, num_warps, programs = config[0], config[1], min(rows, config[2])
-            wrap(cross_entropy_kernel)[(programs,)](
-                logits, target, weight if weight is not None else logits, scale, loss_rows,
-                dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, rows,
-                vocab, ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block,
-                WHOLE_ROW=whole_row, HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None,
-                WRITE_GRAD=dx is not None, num_warps=num_warps)
-        else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
-            loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
-    finally:  # however this leaves: `bad` may be reused once freed, so the kernel writing it must be done
-        if pinned:
-            landed.synchronize()
-    if check is not None and bad[0] >= 0:
-        raise out_of_range(check, int(bad[1]), int(bad[0]), vocab, ignore_index)
+    # The bad target: written straight into pinned host memory where it is checked on a GPU (a copy after the step
+    # costs more: csrc/bindings.cpp, cross_entropy_targets_out), else into a tensor of the logits' device.
+    found = None if check is None else torch.empty(2, dtype=torch.int64, pin_memory=logits.is_cuda)
+    cuda = cuda and logits.numel() > 0
+    if cuda:
+        weight = None if weight is None else weight.float().contiguous()
+        torch.ops.lab.cross_entropy_targets(target, weight, vocab, ignore_index, reduction, summary=summary,
+                                            found=found)
+    else:
+        bad = found if found is not None else torch.empty(2, dtype=torch.int64, device=logits.device)
+        wrap(targets_kernel)[(1,)](target, weight if weight is not None else summary, summary, bad, rows, vocab,
+                                   ignore_index, HAS_WEIGHT=weight is not None, MEAN=reduction == "mean",
+                                   BLOCK=TARGETS_BLOCK)
+    pending = TargetCheck(check, found, vocab, ignore_index) if check is not None else None
+    if cuda:
+        loss = torch.empty((), dtype=torch.float32, device=logits.device)
+        torch.ops.lab.cross_entropy_cluster(logits, target, weight, summary, ignore_index, reduction,
+                                            loss_rows=loss_rows, dlogits=dx, loss=loss)
+        return loss_rows if reduction == "none" else loss, pending
+    if logits.numel():
+        block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
+                            if whole_row else launch_config(vocab, logits.element_size()))
+        programs = rows
+        if config is not None:  # (block, warps, programs): a tuner's
+            block, num_warps, programs = config[0], config[1], min(rows, config[2])
+        wrap(cross_entropy_kernel)[(programs,)](
+            logits, target, weight if weight is not None else logits, summary[1:], loss_rows,
+            dx if dx is not None else logits, logits.stride(0), dx.stride(0) if dx is not None else 0, rows,
+            vocab, ignore_index, float(smoothing), float(z_loss), float(softcap or 1.0), BLOCK=block,
+            WHOLE_ROW=whole_row, HAS_WEIGHT=weight is not None, SOFTCAP=softcap is not None,
+            WRITE_GRAD=dx is not None, num_warps=num_warps)
+    else:  # no vocabulary: every counted row's loss is NaN (log of an empty sum), as PyTorch's
+        loss_rows = torch.where(target != ignore_index, float("nan"), 0.0)
     if reduction == "none":
-        return loss_rows
-    return loss_rows.sum() / summary[0] if reduction == "mean" else loss_rows.sum()
+        return loss_rows, pending
+    return (loss_rows.sum() / summary[0] if reduction == "mean" else loss_rows.sum()), pending
 
 
 def out_of_range(name: str, target: int, row: int, vocab: int, ignore_index: int) -> ValueError:
@@ -413,6 +455,18 @@ def loss_and_grad(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
                 whole_row_fits(logits.shape[1]), wrap, cuda=cuda_takes(logits, dx, label_smoothing, z_loss, softcap),
                 check="lab.cross_entropy" if check else None)
+
+
+def loss_and_grad_checked_later(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                                ignore_index: int, reduction: str, label_smoothing: float, z_loss: float,
+                                softcap: float | None, dx: torch.Tensor) -> tuple[torch.Tensor, TargetCheck | None]:
+    """loss_and_grad with the check of the targets launched and not waited for: (the loss, the check), which the
+    caller waits for where it needs the answer (lab.cross_entropy's backward). A wait in the forward would hold the
+    host until the GPU had done all the work queued before the loss (notebook/cross-entropy-host-time/)."""
+    check_inputs(logits, target, weight, "lab.cross_entropy")
+    return _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
+                   whole_row_fits(logits.shape[1]), lambda kernel: kernel, None,
+                   cuda_takes(logits, dx, label_smoothing, z_loss, softcap), "lab.cross_entropy")
 
 
 @triton_op("lab_triton::cross_entropy", mutates_args=())

@@ -68,7 +68,7 @@ constexpr bool compiled_for(int shape) {
   return false;
 }
 
-// The loss alone's launches (cross_entropy_loss_plan) where they differ from softmax's tables (cluster_plan), which
+// The loss alone's launches (cross_entropy_plan) where they differ from softmax's tables (cluster_plan), which
 // the kernel runs on with the gradient, and without it elsewhere: the first entry whose rows (aligned or shifted, as
 // the tables split them) and length cover the input and whose min_rows it reaches. An entry covers the row lengths of
 // softmax's table entry around its vocabulary `at_cols` (cluster_plan_span), a vocabulary of the cross_entropy
@@ -133,8 +133,8 @@ bool holds(const ClusterPlan& plan, int64_t cols, DType dtype, bool aligned) {
 // and without it.
 bool takes(int64_t cols, DType dtype, bool aligned) {
   for (const int64_t rows : {int64_t{1}, INT64_MAX}) {  // the tables' entries for few rows and for many
-    if (!holds(cluster_plan(cols, rows, dtype, aligned), cols, dtype, aligned) ||
-        !holds(cross_entropy_loss_plan(cols, rows, dtype, aligned), cols, dtype, aligned)) {
+    if (!holds(cross_entropy_plan(cols, rows, dtype, aligned, true), cols, dtype, aligned) ||
+        !holds(cross_entropy_plan(cols, rows, dtype, aligned, false), cols, dtype, aligned)) {
       return false;
     }
   }
@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(T* __restrict
 
 }  // namespace
 
-ClusterPlan cross_entropy_loss_plan(int64_t cols, int64_t rows, DType dtype, bool aligned) {
+ClusterPlan cross_entropy_plan(int64_t cols, int64_t rows, DType dtype, bool aligned, bool grad) {
+  if (grad) return cluster_plan(cols, rows, dtype, aligned);
   const auto pick = [&](const auto& table) {
     for (const LossPlanEntry& e : table) {
       if (e.aligned != aligned || rows < e.min_rows) continue;
@@ -284,9 +285,7 @@ cudaError_t cross_entropy_cluster(const CrossEntropyArgs& a, cudaStream_t stream
   const bool aligned = rows_aligned(rows);
   if (!aligned && !rows_shiftable(rows)) return cudaErrorInvalidValue;
   if (a.cols > cross_entropy_cluster_max_cols(a.dtype, aligned)) return cudaErrorInvalidValue;
-  const ClusterPlan plan = a.grad ? cluster_plan(a.cols, a.rows, a.dtype, aligned)
-                                  : cross_entropy_loss_plan(a.cols, a.rows, a.dtype, aligned);
-  return cross_entropy_cluster_with(a, plan, stream);
+  return cross_entropy_cluster_with(a, cross_entropy_plan(a.cols, a.rows, a.dtype, aligned, a.grad), stream);
 }
 
 cudaError_t cross_entropy_targets(const CrossEntropyTargetsArgs& a, cudaStream_t stream) {

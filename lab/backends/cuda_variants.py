@@ -325,14 +325,14 @@ def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None
 def cross_entropy_cluster_launches(dtype: torch.dtype, aligned: bool, rows: int, loss_alone: bool = False
                                    ) -> dict[tuple[int, int, int], int]:
     """The longest row of each distinct launch, (shape, cluster size, persistent), that the CUDA cross-entropy
-    kernel's launch tables give rows of up to its longest, for `rows` rows on 16-byte boundaries or off them: with the
-    gradient softmax's cluster plans, the loss alone its own (cross_entropy_loss_plan). The lengths that run every one
-    of its launches (the GPU tests', the sanitizers')."""
+    kernel's launch tables give rows of up to its longest, for `rows` rows on 16-byte boundaries or off them, with the
+    gradient or for the loss alone (torch.ops.lab_tune.cross_entropy_plan). The lengths that run every one of its
+    launches (the GPU tests', the sanitizers')."""
     load_extension()
-    plan = torch.ops.lab_tune.cross_entropy_loss_plan if loss_alone else torch.ops.lab_tune.cluster_plan
+    plan = torch.ops.lab_tune.cross_entropy_plan
     launches = {}
     for n in range(1, torch.ops.lab.cross_entropy_cluster_max_cols(dtype, aligned) + 1):
-        launches[tuple(plan(n, dtype, rows, aligned)[:3])] = n
+        launches[tuple(plan(n, dtype, rows, aligned, not loss_alone)[:3])] = n
     return launches
 
 

@@ -1,15 +1,18 @@
-"""Measure every launch of the cross-entropy cluster kernel computing the loss alone, to choose its launch table.
+"""Measure every launch of the cross-entropy cluster kernel, computing the loss alone or (--grad) the loss and its
+gradient, to choose its launch tables.
 
 For each dtype and each point of the cross_entropy operator's vocab sweep (or the --shape points), every resident
 CTA shape compiled for the kernel (torch.ops.lab_tune.cross_entropy_shapes) is tried with every cluster size whose
 slice fits the shape's registers and fills at least a quarter of them (scripts/tune/tune_cluster.py's candidates),
 on a persistent grid and one cluster per row, without a stagger; the fastest --staggered configurations are timed
-again with each of STAGGERS. Each configuration's loss per row is checked against float64 before it is timed
-(median of do_bench, L2 flushed). The kernel alone: no targets' step, no reduction (the loss per row). Prints, per
-point, the best configuration and the loss alone's table's (torch.ops.lab_tune.cross_entropy_loss_plan), in percent
-of a copy of the same bytes (M * V * itemsize, half read and half written); writes every measurement as JSON.
+again with each of STAGGERS. Each configuration's loss per row (and, with --grad, the gradient of their sum) is
+checked against float64 before it is timed (median of do_bench, L2 flushed). The kernel alone: no targets' step, no
+reduction. Prints, per point, the best configuration and the kernel's table's (torch.ops.lab_tune.cross_entropy_plan),
+in percent of a copy of the same bytes (the loss alone: M * V * itemsize, half read and half written; with the
+gradient: twice that, the logits read and dlogits written); writes every measurement as JSON.
 
-    python scripts/tune/tune_cross_entropy_cluster.py [--dtype bfloat16] [--shape 4096x50257 ...] [--json tune.json]
+    python scripts/tune/tune_cross_entropy_cluster.py [--grad] [--dtype bfloat16] [--shape 4096x50257 ...]
+        [--json tune.json]
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tune_cluster import DTYPES, best_and_wrong, candidates, describe, describe_
 
 from lab import bench, check, inputs  # noqa: E402
 from lab.backends.cuda_variants import cluster_shapes, load_extension  # noqa: E402
-from lab.operators.cross_entropy import CROSS_ENTROPY_LOSS, CrossEntropyOptions  # noqa: E402
+from lab.operators.cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_LOSS, CrossEntropyOptions  # noqa: E402
 from lab.registry import dtype_name  # noqa: E402
 
 STAGGERS = ((4, 500), (6, 1000))  # (groups, ns): the staggers softmax's tables use
@@ -35,19 +38,22 @@ PER_ROW = CrossEntropyOptions(reduction="none")  # the kernel's output: the loss
 REP_MS = 30.0
 
 
-def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int) -> dict:
+def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int, grad: bool = False) -> dict:
     """Every candidate launch at one point, checked then timed, and the table's own."""
-    tuned = torch.ops.lab_tune.cross_entropy_loss
-    logits, target, _ = CROSS_ENTROPY_LOSS.make_inputs(shape, dtype, "cuda", 0, PER_ROW)
-    ref = CROSS_ENTROPY_LOSS.reference(logits, target, PER_ROW)
-    nbytes = CROSS_ENTROPY_LOSS.bytes_moved(shape, dtype)
+    tuned = torch.ops.lab_tune.cross_entropy
+    op = CROSS_ENTROPY if grad else CROSS_ENTROPY_LOSS
+    logits, target, _ = op.make_inputs(shape, dtype, "cuda", 0, PER_ROW)
+    ref = op.reference(logits, target, PER_ROW)
+    nbytes = op.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, logits.device).median_ms)
     pack = pack_of(dtype)
     shifted = shape.n % pack != 0 or shape.stride % pack != 0
     shapes = cluster_shapes()
     compiled = sorted(torch.ops.lab_tune.cross_entropy_shapes(dtype))
-    plan = list(torch.ops.lab_tune.cross_entropy_loss_plan(shape.n, dtype, shape.m, not shifted))
-    row = {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy, "plan": plan, "configs": []}
+    plan = list(torch.ops.lab_tune.cross_entropy_plan(shape.n, dtype, shape.m, not shifted, grad))
+    row = {"dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "grad": grad, "copy_gbps": copy, "plan": plan,
+           "configs": []}
+    dlogits = torch.empty_like(logits) if grad else None
 
     def timed(shape_index: int, cluster: int, persistent: bool, stagger: tuple[int, int]) -> None:
         s = shapes[shape_index]
@@ -57,9 +63,10 @@ def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int) -> di
         row["configs"].append(cfg)
 
         def run(x, t, _options):
-            return (tuned(x, t, shape_index, cluster, persistent, *stagger),)
+            loss = tuned(x, t, shape_index, cluster, persistent, *stagger, dlogits=dlogits)
+            return (loss,) if dlogits is None else (loss, dlogits)
 
-        res = check.check(run, (logits, target, PER_ROW), False, ref, None, CROSS_ENTROPY_LOSS)
+        res = check.check(run, (logits, target, PER_ROW), False, ref, None, op)
         if not res.ok:
             cfg["error"] = res.summary()
             return
@@ -86,6 +93,8 @@ def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--grad", action="store_true", help="the loss and its gradient (the kernel lab.cross_entropy runs "
+                   "in training), not the loss alone")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=inputs.Shape.parse, action="append",
                    help="MxN (repeatable): time these shapes instead of the vocab sweep's points")
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for dtype in [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])]:
         for shape in args.shape or CROSS_ENTROPY_LOSS.sweeps["vocab"]:
-            row = measure_point(shape, dtype, args.staggered)
+            row = measure_point(shape, dtype, args.staggered, args.grad)
             records.append(row)
             best, wrong = best_and_wrong(row["configs"])
             print(f"{dtype_name(dtype):<8} {shape.label:<12} best {describe(best):<27}"
