@@ -23,6 +23,7 @@ def test_refuses_without_a_gpu():
         tune.main(["--shape", "8x50257"])
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a GPU with thread-block clusters (sm_90)")
 @pytest.mark.parametrize("grad", [False, True], ids=["loss-alone", "with-gradient"])

@@ -2,7 +2,8 @@
 # lab.cross_entropy's device calls, one step a call (run from the repository root on the GPU machine, the build
 # carried as in device_call.sh; $OUT the device tool's folder):
 #   bash scripts/remote/cross_entropy.sh check   the GPU tests of the cross-entropy modules (the operator's kernels,
-#                                                lab.cross_entropy, its compiled forms and its CUDA graphs), the
+#                                                lab.cross_entropy, its compiled forms and its CUDA graphs, the
+#                                                tuner of the CUDA kernel's launch), the
 #                                                randomized testing of lab.auto and cuda.cluster (300 cases) and
 #                                                the four sanitizers on the operator's CUDA variant (check.txt)
 #   bash scripts/remote/cross_entropy.sh points  with the peers installed: the lab run of cross_entropy at 1024 and
@@ -20,8 +21,8 @@ source scripts/remote/device_call.sh
 case "$STEP" in
   check)
     begin_call
-    { timeout 300 python -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_linear_cross_entropy.py 2>&1 \
-        | tail -4
+    { timeout 300 python -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_linear_cross_entropy.py \
+        tests/test_tune_cross_entropy_cluster.py 2>&1 | tail -4
       timeout 150 python -m lab.fuzz --op cross_entropy --only lab.auto,cuda.cluster --cases 300 2>&1 | tail -4
       timeout 200 bash scripts/sanitize.sh "$OUT/sanitizer" --op cross_entropy 2>&1 | tail -8
     } 2>&1 | tee "$OUT/check.txt"
