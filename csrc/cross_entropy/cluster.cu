@@ -13,7 +13,8 @@
 // alone (CrossEntropyArgs::grad false, evaluation): 1 read.
 // Launch: softmax's cluster launch tables (cluster_plan: shape, cluster size, grid and stagger by dtype, V and
 // rows, for rows on 16-byte boundaries and for rows off them), which move the same bytes per row; the loss alone
-// takes its own launch where measured faster (kLossPlan16, kLossPlan32). The kernel is compiled for the shapes
+// (kLossPlan16, kLossPlan32) and the loss with its gradient in 16-bit (kGradPlan16) take their own launches where
+// measured faster. The kernel is compiled for the shapes
 // those tables name up to kMaxCols (kShapes32, kShapes16).
 // Limits: V <= kMaxCols, and no further than the tables keep rows resident (rows off 16-byte boundaries: up to the
 // shifted tables' first streaming entry), cross_entropy_cluster_max_cols, which
@@ -47,8 +48,8 @@ namespace {
 
 // The longest row the kernel is compiled for: the vocabularies of today's models (256000 at most) and a margin.
 constexpr int64_t kMaxCols = 262144;
-// The resident shapes (kResidentShapes indices) that softmax's launch tables and the loss alone's (kLossPlan16,
-// kLossPlan32) name for rows of up to kMaxCols, by dtype: the only ones compiled with LOSS.
+// The resident shapes (kResidentShapes indices) that softmax's launch tables and the kernel's own (kLossPlan16,
+// kLossPlan32, kGradPlan16) name for rows of up to kMaxCols, by dtype: the only ones compiled with LOSS.
 // cross_entropy_cluster_max_cols stops below the first row length whose plan names another, so a table change that
 // needs one more shows there (tests/test_cuda_compile.py).
 constexpr int kShapes32[] = {12, 13, 14, 16, 32};
@@ -69,7 +70,7 @@ constexpr bool compiled_for(int shape) {
 }
 
 // The loss alone's launches (cross_entropy_plan) where they differ from softmax's tables (cluster_plan), which
-// the kernel runs on with the gradient, and without it elsewhere: the first entry whose rows (aligned or shifted, as
+// the kernel runs on elsewhere (the loss with its gradient: kGradPlan16 below, the same way): the first entry whose rows (aligned or shifted, as
 // the tables split them) and length cover the input and whose min_rows it reaches. An entry covers the row lengths of
 // softmax's table entry around its vocabulary `at_cols` (cluster_plan_span), a vocabulary of the cross_entropy
 // operator's sweep where scripts/tune/tune_cross_entropy_cluster.py measured its launch ahead of that entry's by more
@@ -91,6 +92,14 @@ constexpr LossPlanEntry kLossPlan16[] = {
 };
 constexpr LossPlanEntry kLossPlan32[] = {
     {50257, false, 4096, {32, 4, false, {4, 500}}},  // 128x128 c4n: 4096/16384 x 50257 102/105%, table 99/103%
+};
+// The loss and its gradient's launches where they differ from softmax's tables, chosen as the loss alone's were
+// (tune_cross_entropy_cluster.py --grad, H200, bfloat16; a copy of twice the bytes). At 32000 softmax's four-CTA
+// clusters left 5-6% of a copy from 16384 tokens; at 50257 (rows off 16-byte boundaries) no launch passed 87%.
+constexpr LossPlanEntry kGradPlan16[] = {
+    {32000, true, 0, {26, 1, false, {1, 0}}},  // 512x64P c1n: 1024-32768 x 32000 88/94/97/97%, table 87/90/92/91%
+    {50257, false, 4096, {26, 2, false, {6, 1000}}},  // 512x64P c2n s6: 4096/16384 x 50257 85.2/86.6%, table 83.8/86.2%
+    {50257, false, 0, {18, 8, false, {6, 1000}}},  // 128x64P c8n s6: 1024 x 50257 84.7%, table 79.9%
 };
 
 template <typename T, bool GRAD>
@@ -231,7 +240,6 @@ __global__ void __launch_bounds__(kScaleThreads) scale_rows_kernel(T* __restrict
 }  // namespace
 
 ClusterPlan cross_entropy_plan(int64_t cols, int64_t rows, DType dtype, bool aligned, bool grad) {
-  if (grad) return cluster_plan(cols, rows, dtype, aligned);
   const auto pick = [&](const auto& table) {
     for (const LossPlanEntry& e : table) {
       if (e.aligned != aligned || rows < e.min_rows) continue;
@@ -240,7 +248,8 @@ ClusterPlan cross_entropy_plan(int64_t cols, int64_t rows, DType dtype, bool ali
     }
     return static_cast<const ClusterPlan*>(nullptr);
   };
-  const ClusterPlan* p = dtype == DType::kFloat32 ? pick(kLossPlan32) : pick(kLossPlan16);
+  const ClusterPlan* p = grad ? (dtype == DType::kFloat32 ? nullptr : pick(kGradPlan16))
+                              : (dtype == DType::kFloat32 ? pick(kLossPlan32) : pick(kLossPlan16));
   return p != nullptr ? *p : cluster_plan(cols, rows, dtype, aligned);
 }
 
