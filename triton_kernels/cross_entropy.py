@@ -279,6 +279,14 @@ def targets_kernel(target_ptr, weight_ptr, summary_ptr, bad_ptr, rows, vocab, ig
     tl.store(bad_ptr + 1, tl.load(target_ptr + row, mask=row < rows, other=0))
 
 
+def below_autograd():
+    """The lab's ops called past their autograd kernels (lab/ops.py: Python functions that refuse an input that
+    requires grad), straight to their CUDA kernels: the callers here hand them no such input (lab.cross_entropy's
+    autograd is its own), and each autograd kernel cost 40 µs of host time a call (cProfile, H200 host), most of a
+    short call's."""
+    return torch._C._AutoDispatchBelowAutograd()
+
+
 TARGETS_BLOCK = 1024  # targets_kernel's chunk: 8 KiB of int64 targets a step
 
 
@@ -349,8 +357,9 @@ def _launch(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
     cuda = cuda and logits.numel() > 0
     if cuda:
         weight = None if weight is None else weight.float().contiguous()
-        torch.ops.lab.cross_entropy_targets(target, weight, vocab, ignore_index, reduction, summary=summary,
-                                            found=found)
+        with below_autograd():
+            torch.ops.lab.cross_entropy_targets(target, weight, vocab, ignore_index, reduction, summary=summary,
+                                                found=found)
     else:
         bad = found if found is not None else torch.empty(2, dtype=torch.int64, device=logits.device)
         wrap(targets_kernel)[(1,)](target, weight if weight is not None else summary, summary, bad, rows, vocab,
@@ -359,8 +368,9 @@ def _launch(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
     pending = TargetCheck(check, found, vocab, ignore_index) if check is not None else None
     if cuda:
         loss = torch.empty((), dtype=torch.float32, device=logits.device)
-        torch.ops.lab.cross_entropy_cluster(logits, target, weight, summary, ignore_index, reduction,
-                                            loss_rows=loss_rows, dlogits=dx, loss=loss)
+        with below_autograd():
+            torch.ops.lab.cross_entropy_cluster(logits, target, weight, summary, ignore_index, reduction,
+                                                loss_rows=loss_rows, dlogits=dx, loss=loss)
         return loss_rows if reduction == "none" else loss, pending
     if logits.numel():
         block, num_warps = ((triton.next_power_of_2(vocab), 4 if vocab <= 2048 else 8 if vocab <= 8192 else 16)
@@ -530,7 +540,8 @@ def scale_rows(g: torch.Tensor, scale: torch.Tensor, wrap=lambda kernel: kernel)
     if g.numel():
         scale = scale.float()
         if g.is_cuda and hasattr(torch.ops.lab, "cross_entropy_scale_rows_"):
-            torch.ops.lab.cross_entropy_scale_rows_(g, scale)
+            with below_autograd():
+                torch.ops.lab.cross_entropy_scale_rows_(g, scale)
             return
         wrap(scale_rows_kernel)[(g.shape[0],)](g, scale, g.stride(0), 0 if scale.dim() == 0 else scale.stride(0),
                                               g.shape[1], BLOCK=4096, num_warps=8)
