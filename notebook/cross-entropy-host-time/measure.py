@@ -37,21 +37,27 @@ NO_CHECK = "lab.auto, no check"
 
 
 def without_check(fn):
-    """fn with lab.cross_entropy's eager target check left out, for this call only."""
+    """fn with lab.cross_entropy's target check left out, for this call only: the loss alone's (loss_and_grad's
+    check) and, where the backward waits for it, the training call's (loss_and_grad_checked_later's)."""
     import lab.losses
 
     kernels = lab.losses._ops()
-    checked = kernels.loss_and_grad
+    checked, checked_later = kernels.loss_and_grad, kernels.loss_and_grad_checked_later
 
     def unchecked(*args, **kwargs):
         return checked(*args, **{**kwargs, "check": False})
 
+    def unchecked_later(logits, target, weight, ignore_index, reduction, smoothing, z_loss, softcap, dx):
+        return kernels._launch(logits, target, weight, ignore_index, reduction, smoothing, z_loss, softcap, dx,
+                               kernels.whole_row_fits(logits.shape[1]), lambda kernel: kernel, None,
+                               kernels.cuda_takes(logits, dx, smoothing, z_loss, softcap), None)
+
     def call():
-        kernels.loss_and_grad = unchecked
+        kernels.loss_and_grad, kernels.loss_and_grad_checked_later = unchecked, unchecked_later
         try:
             return fn()
         finally:
-            kernels.loss_and_grad = checked
+            kernels.loss_and_grad, kernels.loss_and_grad_checked_later = checked, checked_later
     return call
 
 
