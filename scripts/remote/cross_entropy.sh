@@ -10,11 +10,17 @@
 #                                                4096 tokens of 32000 and 1024 of 50257, 128256, 151936 and 256000,
 #                                                three dtypes, where lab.auto's call is host-bound: results.tgz, to
 #                                                unpack beside the run it is compared with (points.txt)
+#   bash scripts/remote/cross_entropy.sh trust OP START CASES
+#                                                a part of trust's randomized testing of OP (cross_entropy or
+#                                                cross_entropy_loss), cases START .. START + CASES - 1, as JSON for
+#                                                `python scripts/trust.py --refuzz --fuzz-json ...` (no GPU) to
+#                                                merge; with START 0 also trust's lab.cross_entropy section (the
+#                                                H200 took over 230 s for 600 cases of both with that section)
 # LAB_COMMIT names the commit (lab/env.py): set it, or a run records the device copy's .git. A lab run stopped by
 # its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?check or points}
+STEP=${1:?check, points or trust}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 
@@ -35,7 +41,16 @@ case "$STEP" in
       --out "$OUT/results" 2>&1 | grep -vE "^\[[0-9]+/" | tee "$OUT/points.txt" | tail -40
     (cd "$OUT" && tar czf results.tgz results && rm -rf results)
     ;;
+  trust)
+    begin_call
+    op=${2:?trust OP START CASES}; start=${3:?trust OP START CASES}; cases=${4:?trust OP START CASES}
+    if [ "$start" = 0 ]; then
+      timeout 120 python scripts/trust.py --sections cross_entropy_entry --out "$OUT/trust" 2>&1 | tail -4
+    fi
+    timeout -s INT 400 python -m lab.fuzz --op "$op" --start "$start" --cases "$cases" \
+      --json "$OUT/fuzz_${op}_${start}.json" 2>&1 | tail -12 | tee "$OUT/fuzz_${op}_${start}.txt"
+    ;;
   *)
-    echo "unknown step $STEP: check or points"; exit 2
+    echo "unknown step $STEP: check, points or trust"; exit 2
     ;;
 esac
