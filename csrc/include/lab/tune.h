@@ -78,8 +78,8 @@ ClusterDetour cluster_detour(int64_t cols, int64_t rows, DType dtype, bool align
 // not hold the slice, or the rows are neither 16-byte aligned nor shiftable. The kernel alone: the caller gives the
 // reduction's factor (args.scale, read with args.grad only).
 cudaError_t cross_entropy_cluster_with(const CrossEntropyArgs& args, const ClusterPlan& plan, cudaStream_t stream);
-// The plan the cross-entropy kernel runs with: with the gradient (grad), softmax's cluster_plan; the loss alone, its
-// own table's where it has an entry (csrc/cross_entropy/cluster.cu, kLossPlan16 and kLossPlan32), else cluster_plan's.
+// The plan the cross-entropy kernel runs with, with the gradient (grad) or for the loss alone: its own table's where
+// it has an entry (csrc/cross_entropy/cluster.cu: kGradPlan16; kLossPlan16 and kLossPlan32), else cluster_plan's.
 ClusterPlan cross_entropy_plan(int64_t cols, int64_t rows, DType dtype, bool aligned, bool grad);
 // The resident shapes (indices) compiled for the cross-entropy kernel in `dtype` (a pointer to them and their count).
 int cross_entropy_cluster_shapes(DType dtype, const int** shapes);
