@@ -66,6 +66,8 @@ def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int, grad:
             loss = tuned(x, t, shape_index, cluster, persistent, *stagger, dlogits=dlogits)
             return (loss,) if dlogits is None else (loss, dlogits)
 
+        if dlogits is not None:  # shared by the configurations: one that writes nothing must not pass on another's
+            dlogits.fill_(float("nan"))
         res = check.check(run, (logits, target, PER_ROW), False, ref, None, op)
         if not res.ok:
             cfg["error"] = res.summary()
