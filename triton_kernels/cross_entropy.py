@@ -460,23 +460,26 @@ def loss_and_grad(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tens
     """The loss, dlogits written into dx (None: not written; the logits themselves: over them), with the kernel the
     lab's entry takes for the row length (whole_row_fits). The ops below run it traced; lab.cross_entropy runs it
     directly when not compiled (an op's Python dispatch costs host time on every call). check: raise for a target
-    out of range (_run; not under torch.compile)."""
-    check_inputs(logits, target, weight, "lab.cross_entropy")
-    return _run(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
-                whole_row_fits(logits.shape[1]), wrap, cuda=cuda_takes(logits, dx, label_smoothing, z_loss, softcap),
-                check="lab.cross_entropy" if check else None)
+    out of range, waiting for the targets' step alone (TargetCheck; not under torch.compile)."""
+    loss, pending = loss_and_grad_checked_later(logits, target, weight, ignore_index, reduction, label_smoothing,
+                                                z_loss, softcap, dx, wrap, check)
+    if pending is not None:
+        pending.wait()
+    return loss
 
 
 def loss_and_grad_checked_later(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
                                 ignore_index: int, reduction: str, label_smoothing: float, z_loss: float,
-                                softcap: float | None, dx: torch.Tensor) -> tuple[torch.Tensor, TargetCheck | None]:
-    """loss_and_grad with the check of the targets launched and not waited for: (the loss, the check), which the
-    caller waits for where it needs the answer (lab.cross_entropy's backward). A wait in the forward would hold the
-    host until the GPU had done all the work queued before the loss (notebook/cross-entropy-host-time/)."""
+                                softcap: float | None, dx: torch.Tensor | None, wrap=lambda kernel: kernel,
+                                check: bool = True) -> tuple[torch.Tensor, TargetCheck | None]:
+    """loss_and_grad's launches, the check of the targets (where check) launched and not waited for: (the loss, the
+    check or None), which the caller waits for where it needs the answer (lab.cross_entropy's backward). A wait in
+    the forward would hold the host until the GPU had done all the work queued before the loss
+    (notebook/cross-entropy-host-time/)."""
     check_inputs(logits, target, weight, "lab.cross_entropy")
     return _launch(logits, target, weight, ignore_index, reduction, label_smoothing, z_loss, softcap, dx,
-                   whole_row_fits(logits.shape[1]), lambda kernel: kernel, None,
-                   cuda_takes(logits, dx, label_smoothing, z_loss, softcap), "lab.cross_entropy")
+                   whole_row_fits(logits.shape[1]), wrap, None,
+                   cuda_takes(logits, dx, label_smoothing, z_loss, softcap), "lab.cross_entropy" if check else None)
 
 
 @triton_op("lab_triton::cross_entropy", mutates_args=())

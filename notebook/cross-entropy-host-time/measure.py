@@ -47,10 +47,8 @@ def without_check(fn):
     def unchecked(*args, **kwargs):
         return checked(*args, **{**kwargs, "check": False})
 
-    def unchecked_later(logits, target, weight, ignore_index, reduction, smoothing, z_loss, softcap, dx):
-        return kernels._launch(logits, target, weight, ignore_index, reduction, smoothing, z_loss, softcap, dx,
-                               kernels.whole_row_fits(logits.shape[1]), lambda kernel: kernel, None,
-                               kernels.cuda_takes(logits, dx, smoothing, z_loss, softcap), None)
+    def unchecked_later(*args, **kwargs):
+        return checked_later(*args, **{**kwargs, "check": False})
 
     def call():
         kernels.loss_and_grad, kernels.loss_and_grad_checked_later = unchecked, unchecked_later
