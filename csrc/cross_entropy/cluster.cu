@@ -72,13 +72,14 @@ constexpr bool compiled_for(int shape) {
 // kernel runs on elsewhere (the loss with its gradient: kGradPlan16 below, read the same way): the first entry whose
 // rows (aligned or shifted, as the tables split them) and length cover the input and whose min_rows it reaches. An
 // entry covers the row lengths of softmax's table entry around its vocabulary `at_cols` (cluster_plan_span), a
-// vocabulary of the cross_entropy
-// operator's sweep where scripts/tune/tune_cross_entropy_cluster.py measured its launch ahead of that entry's by more
-// than 2% of a copy (H100, the kernel alone, percent of a copy of the same bytes); at the sweep's other points the
-// table's launch was within 2% of the fastest. cross_entropy_cluster_max_cols stops below any length where an
-// entry's shape is not compiled or does not hold the row (takes).
-// Why: the read-only kernel wants more CTAs a row than the kernel that writes the row (a slice of half the bytes to
-// wait on a CTA): at 50257 16-bit the tables' two 512 x 64 CTAs a row left a quarter of the DRAM peak unused (ncu).
+// vocabulary of the cross_entropy operator's sweep where scripts/tune/tune_cross_entropy_cluster.py measured its
+// launch ahead of that entry's (the kernel alone, percent of a copy of the same bytes; each entry names the GPU):
+// by more than 2% on the H100, by 3% or more on the H200; elsewhere the table's launch was within that of the
+// fastest. cross_entropy_cluster_max_cols stops below any length where an entry's shape is not compiled or does not
+// hold the row (takes).
+// Why: the read-only kernel wants more CTAs a row, or more bytes in flight a CTA, than the kernel that writes the row
+// (a slice of half the bytes to wait on a CTA): at 50257 16-bit the tables' two 512 x 64 CTAs a row left a quarter of
+// the DRAM peak unused (ncu, H100); on the H200, float32 rows of 128256 on eight 512 x 32 CTAs reached 83-86%.
 struct LossPlanEntry {
   int64_t at_cols;
   bool aligned;
@@ -86,12 +87,17 @@ struct LossPlanEntry {
   ClusterPlan plan;
 };
 constexpr LossPlanEntry kLossPlan16[] = {
-    {50257, false, 4096, {31, 4, true, {6, 1000}}},  // 128x128P c4p: 4096/16384 x 50257 90/94%, table 84/88%
-    {50257, false, 0, {18, 8, true, {4, 500}}},  // 128x64P c8p: 1024 x 50257 84%, table 79%
-    {128256, true, 0, {31, 8, false, {6, 1000}}},  // 128x128P c8n: 1024/4096 x 128256 93.5/102%, table 91/96%
+    {32000, true, 4096, {31, 2, false, {6, 1000}}},  // H200 128x128P c2n: 4096-32768 x 32000 90-103%, table 81-86%
+    {50257, false, 4096, {31, 4, true, {6, 1000}}},  // H100 128x128P c4p: 4096/16384 x 50257 90/94%, table 84/88%
+    {50257, false, 0, {18, 8, true, {4, 500}}},  // H100 128x64P c8p: 1024 x 50257 84%, table 79%
+    {128256, true, 0, {31, 8, false, {6, 1000}}},  // H100 128x128P c8n: 1024/4096 x 128256 93.5/102%, table 91/96%
+    {256000, true, 4096, {31, 16, true, {6, 1000}}},  // H200 128x128P c16p: 4096 x 256000 90.4%, c16n 87.3%
 };
 constexpr LossPlanEntry kLossPlan32[] = {
-    {50257, false, 4096, {32, 4, false, {4, 500}}},  // 128x128 c4n: 4096/16384 x 50257 102/105%, table 99/103%
+    {50257, false, 4096, {32, 4, true, {4, 500}}},  // H200 128x128 c4p: 4096/16384 x 50257 98/103%, c4n 93/97%
+    {50257, false, 0, {32, 4, false, {6, 1000}}},  // H200 128x128 c4n s6: 1024 x 50257 87.5%, table 79%
+    {128256, true, 0, {32, 8, false, {6, 1000}}},  // H200 128x128 c8n: 1024/4096 x 128256 98/105%, table 83/86%
+    {151936, true, 0, {32, 12, true, {4, 500}}},  // H200 128x128 c12p: 1024/4096 x 151936 92.5/98.5%, c12n 87/91%
 };
 // The loss and its gradient's launches where they differ from softmax's tables, chosen as the loss alone's were
 // (tune_cross_entropy_cluster.py --grad, H200, bfloat16; a copy of twice the bytes). At 32000 softmax's four-CTA
