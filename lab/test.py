@@ -320,6 +320,9 @@ def resource_report() -> list:
     except resources.CompileError as e:
         log(f"resources: {e}")
         return []
+    except KeyboardInterrupt:  # the run's results are measured: an interruption here must not lose them
+        log("interrupted: the results are saved without the resource report (python -m lab.test --resources gives it)")
+        return []
 
 
 ALL_RESULTS: list[report.Result] = []  # every operator's results of this run, for --json and --csv

@@ -250,3 +250,18 @@ def test_small_numbers_keep_their_digits():
     r = report.Result("s", TORCH, "torch", "float32", 8, 100, 100, "ok", gbps=0.4567, pct_copy=27.0,
                       median_ms=0.0123)
     assert report.cell(r, ["gbps", "pct_copy", "latency"]) == "0.457 (27%) 12.3us"
+
+
+def test_ctrl_c_during_the_resource_report_keeps_the_results(monkeypatch, capsys):
+    """Ctrl-C (or a time limit's SIGINT) while nvcc compiles the sources for the report, after every point is
+    measured: the run saves its results without the report instead of losing them all."""
+    import lab.resources
+    import lab.test
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lab.resources, "find_nvcc", lambda: "nvcc")
+    monkeypatch.setattr(lab.resources, "report_all", interrupted)
+    assert lab.test.resource_report() == []
+    assert "interrupted: the results are saved without the resource report" in capsys.readouterr().out

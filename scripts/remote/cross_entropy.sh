@@ -10,6 +10,9 @@
 #                                                4096 tokens of 32000 and 1024 of 50257, 128256, 151936 and 256000,
 #                                                three dtypes, where lab.auto's call is host-bound: results.tgz, to
 #                                                unpack beside the run it is compared with (points.txt)
+#   bash scripts/remote/cross_entropy.sh run OP    with the peers installed: the lab run of OP (cross_entropy or
+#                                                cross_entropy_loss), three dtypes, the vocab sweep: results.tgz, for
+#                                                results/<gpu>/OP/ (the H200 took 316 and 169 s) (run.txt)
 #   bash scripts/remote/cross_entropy.sh trust OP START CASES
 #                                                a part of trust's randomized testing of OP (cross_entropy or
 #                                                cross_entropy_loss), cases START .. START + CASES - 1, as JSON for
@@ -20,7 +23,7 @@
 # its timeout (SIGINT) saves what it has.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?check, points or trust}
+STEP=${1:?check, points, run or trust}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 
@@ -41,6 +44,13 @@ case "$STEP" in
       --out "$OUT/results" 2>&1 | grep -vE "^\[[0-9]+/" | tee "$OUT/points.txt" | tail -40
     (cd "$OUT" && tar czf results.tgz results && rm -rf results)
     ;;
+  run)
+    op=${2:?run OP}
+    begin_peers_call
+    timeout -s INT 540 python -m lab.test --op "$op" -d bf16 -d fp16 -d fp32 --rounds 3 --out "$OUT/results" 2>&1 |
+      grep -vE "^\[[0-9]+/" | tee "$OUT/run.txt" | tail -6
+    (cd "$OUT" && tar czf results.tgz results && rm -rf results)
+    ;;
   trust)
     begin_call
     op=${2:?trust OP START CASES}; start=${3:?trust OP START CASES}; cases=${4:?trust OP START CASES}
@@ -51,6 +61,6 @@ case "$STEP" in
       --json "$OUT/fuzz_${op}_${start}.json" 2>&1 | tail -12 | tee "$OUT/fuzz_${op}_${start}.txt"
     ;;
   *)
-    echo "unknown step $STEP: check, points or trust"; exit 2
+    echo "unknown step $STEP: check, points, run or trust"; exit 2
     ;;
 esac
