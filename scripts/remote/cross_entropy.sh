@@ -10,7 +10,7 @@
 #                                                4096 tokens of 32000 and 1024 of 50257, 128256, 151936 and 256000,
 #                                                three dtypes, where lab.auto's call is host-bound: results.tgz, to
 #                                                unpack beside the run it is compared with (points.txt)
-#   bash scripts/remote/cross_entropy.sh run OP    with the peers installed: the lab run of OP (cross_entropy or
+#   bash scripts/remote/cross_entropy.sh run OP  with the peers installed: the lab run of OP (cross_entropy or
 #                                                cross_entropy_loss), three dtypes, the vocab sweep: results.tgz, for
 #                                                results/<gpu>/OP/ (the H200 took 316 and 169 s) (run.txt)
 #   bash scripts/remote/cross_entropy.sh trust OP START CASES
