@@ -92,7 +92,9 @@ def to_gpu(t: torch.Tensor) -> torch.Tensor:
 
 
 parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--op", action="append", choices=list(CUDA_OPS), help="only this operator (repeatable)")
+# linear_cross_entropy's CUDA kernels are cross_entropy's, run here through lab.linear_cross_entropy's chunks.
+OPS = [*CUDA_OPS, "linear_cross_entropy"]
+parser.add_argument("--op", action="append", choices=OPS, help="only this operator (repeatable)")
 parser.add_argument("--variant", action="append", help="only this variant, e.g. cuda.tiled_rows (repeatable; the "
                     "sections of other variants' own paths are then skipped)")
 parser.add_argument("--no-tuning-shapes", action="store_true",
@@ -105,7 +107,7 @@ parser.add_argument("--tuning-label", action="append",
 args = parser.parse_args()
 if args.tuning_shapes_only and (args.no_tuning_shapes or args.variant):
     parser.error("--tuning-shapes-only runs no variant's own sections, and needs the tuning shapes")
-wanted = args.op or list(CUDA_OPS)
+wanted = args.op or OPS
 
 
 def run_checked(op, label: str, fn, shape: Shape, dtype: torch.dtype) -> None:
@@ -185,6 +187,23 @@ if "cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab,
                 assert res.ok, ("lab.cross_entropy in place", shape, dtype, upstream, res.summary())
                 ran += 1
     print(f"cross_entropy lab.cross_entropy in place: ran {ran} shape, dtype and upstream cases", flush=True)
+
+
+# lab.linear_cross_entropy over chunks of 16 tokens (three here): each chunk's logits from cuBLAS, the cluster kernel's
+# loss and gradient written over them, dx and dW (summed in float32) by matmuls, the backward's scale_rows; at
+# vocabularies of the cluster kernel, 50257 padded to whole 16-byte rows of logits.
+if "linear_cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab, "cross_entropy_cluster"):
+    from lab.backends.lab_variants import lab_head
+    from lab.operators.linear_cross_entropy import train_step
+
+    op = operators.get("linear_cross_entropy")
+    kernel = train_step(lambda *case: lab_head(*case, chunk_tokens=16))
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in (Shape(40, 50257, None, 64), Shape(33, 32000, None, 48)):
+            run_checked(op, "lab.linear_cross_entropy in chunks", kernel, shape, dtype)
+            ran += 1
+    print(f"linear_cross_entropy lab.linear_cross_entropy in chunks: ran {ran} shape and dtype cases", flush=True)
 
 
 # register_cached's PEELED kernels (ragged rows: off 16-byte boundaries, or N not a multiple of a pack), which its

@@ -23,6 +23,10 @@ and trust.json.
    True) forward and backward (and in place), captured in a CUDA graph with its backward and replayed, on a
    non-default stream, bitwise identical across runs, each result against float64; a target out of range a clear
    error.
+7. lab.linear_cross_entropy through each of its paths (HEAD_ENTRY_CASES: one chunk, chunks summed in float32 over a
+   padded vocabulary, the per-row loss): eager, as LinearCrossEntropyLoss, inside torch.compile(fullgraph=True)
+   forward and backward, captured in a CUDA graph with its backward and replayed, on a non-default stream, bitwise
+   identical across runs, the loss and every gradient against float64; a target out of range a clear error.
 Each cell is measured, never assumed: a property a variant cannot have (opcheck of a Triton kernel)
 is marked n/a with the reason.
 """
@@ -51,7 +55,8 @@ PASS, FAIL = "pass", "FAIL"
 DIFFERENTIABLE_OWN = ("lab", "cuda", "triton")
 COMPILED_BACKWARD = "compiled backward (fullgraph)"
 FUZZ_LOSSES = {f"fuzz_{op}": op for op in fuzz.LOSSES}  # a section each: lab.fuzz --op cross_entropy(_loss)
-SECTIONS = ("fuzz", *FUZZ_LOSSES, "large", "sanitizers", "citizenship", "bad_inputs", "cross_entropy_entry")
+ENTRIES = ("cross_entropy_entry", "linear_cross_entropy_entry")  # a loss entry's citizenship through its paths
+SECTIONS = ("fuzz", *FUZZ_LOSSES, "large", "sanitizers", "citizenship", "bad_inputs", *ENTRIES)
 
 
 def cell(ok: bool, why: str = "") -> dict:
@@ -60,6 +65,11 @@ def cell(ok: bool, why: str = "") -> dict:
 
 def na(why: str) -> dict:
     return {"result": "n/a", "why": why}
+
+
+def failure(e: Exception) -> str:
+    """An exception as a cell's reason: its type and first line."""
+    return f"{type(e).__name__}: {e}".splitlines()[0][:200]
 
 
 def agrees(y: torch.Tensor, x: torch.Tensor) -> bool:
@@ -90,7 +100,7 @@ def citizenship(v: Variant) -> dict[str, dict]:
         compiled = torch.compile(lambda t: kernel(t), fullgraph=True)
         out["torch.compile(fullgraph=True)"] = cell(agrees(compiled(x), x))
     except Exception as e:  # the finding is the failure itself
-        out["torch.compile(fullgraph=True)"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+        out["torch.compile(fullgraph=True)"] = cell(False, failure(e))
     try:
         static = x.clone()
         stream = torch.cuda.Stream()
@@ -105,11 +115,11 @@ def citizenship(v: Variant) -> dict[str, dict]:
         torch.cuda.synchronize()
         out["CUDA graph capture and replay"] = cell(agrees(y, static))
     except Exception as e:
-        out["CUDA graph capture and replay"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+        out["CUDA graph capture and replay"] = cell(False, failure(e))
     try:
         out["non-default stream"] = cell(agrees(on_side_stream(lambda: kernel(x)), x))
     except Exception as e:
-        out["non-default stream"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+        out["non-default stream"] = cell(False, failure(e))
     if v.backend in DIFFERENTIABLE_OWN:
         cases = fuzz.backward_cases(v)
         failures = fuzz.compiled_backward_mismatches(v, cases)
@@ -128,7 +138,7 @@ def citizenship(v: Variant) -> dict[str, dict]:
             torch.library.opcheck(op.out, (x,), {"out": torch.empty_like(x)})
             out["opcheck (.default and .out)"] = cell(True)
         except Exception as e:
-            out["opcheck (.default and .out)"] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
+            out["opcheck (.default and .out)"] = cell(False, failure(e))
     else:
         out["opcheck (.default and .out)"] = na("not a torch.library op")
     runs = [kernel(x) for _ in range(3)]
@@ -166,6 +176,26 @@ def route_of(vocab: int, options: dict) -> str:
     return "cuda.cluster" if takes else "triton.looped"
 
 
+def run_cells(cells: list[tuple[str, object]]) -> dict[str, dict]:
+    """Each (name, fn) cell: pass where fn() is true; an exception fails it, with the exception as the reason."""
+    out: dict[str, dict] = {}
+    for name, fn in cells:
+        try:
+            out[name] = cell(fn())
+        except Exception as e:  # the finding is the failure itself
+            out[name] = cell(False, failure(e))
+    return out
+
+
+def clear_target_error(call, entry: str) -> bool:
+    """call() (the entry with a target out of range) raises a ValueError that names the entry and the target."""
+    try:
+        call()
+    except ValueError as e:
+        return entry in str(e) and "out of range" in str(e)
+    return False
+
+
 def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
     """lab.cross_entropy's citizenship through one of its kernels (bfloat16, ENTRY_ROWS rows): its loss and gradient
     against float64 in each use, and a target out of range, which must be a clear error."""
@@ -184,14 +214,6 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
         loss = fn(leaf * 1 if inplace else leaf, target, inplace=inplace, **options)
         loss.backward()
         return loss.detach(), leaf.grad
-
-    out: dict[str, dict] = {}
-
-    def run(cell_name: str, fn) -> None:
-        try:
-            out[cell_name] = cell(fn())
-        except Exception as e:  # the finding is the failure itself
-            out[cell_name] = cell(False, f"{type(e).__name__}: {e}".splitlines()[0][:200])
 
     def compiled(inplace: bool) -> bool:
         torch._dynamo.reset()
@@ -214,31 +236,110 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
         case_now = (fresh, target, case[2])
         return check.check(lambda *_: (loss.detach().float(), static.grad), case_now, False, op=op).ok
 
-    def side_stream() -> bool:
-        return right(*on_side_stream(lambda: step(logits)))
-
     def identical() -> bool:
         runs = [step(logits) for _ in range(3)]
         return all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
 
-    def bad_target() -> bool:
-        bad = target.clone()
-        bad[ENTRY_ROWS // 2] = vocab
-        try:
-            step(logits, lambda x, t, **kw: lab.cross_entropy(x, bad, **kw))
-        except ValueError as e:
-            return "lab.cross_entropy" in str(e) and "out of range" in str(e)
-        return False
+    bad = target.clone()
+    bad[ENTRY_ROWS // 2] = vocab
+    return run_cells([
+        ("eager forward and backward", lambda: right(*step(logits))),
+        ("in place (gradient over the logits)", lambda: right(*step(logits, inplace=True))),
+        ("torch.compile(fullgraph=True), forward and backward", lambda: compiled(False)),
+        ("torch.compile(fullgraph=True), in place", lambda: compiled(True)),
+        ("CUDA graph capture and replay (forward and backward)", graph),
+        ("non-default stream", lambda: right(*on_side_stream(lambda: step(logits)))),
+        ("bitwise identical across runs", identical),
+        ("a target out of range: a clear error", lambda: clear_target_error(
+            lambda: step(logits, lambda x, t, **kw: lab.cross_entropy(x, bad, **kw)), "lab.cross_entropy")),
+    ])
 
-    run("eager forward and backward", lambda: right(*step(logits)))
-    run("in place (gradient over the logits)", lambda: right(*step(logits, inplace=True)))
-    run("torch.compile(fullgraph=True), forward and backward", lambda: compiled(False))
-    run("torch.compile(fullgraph=True), in place", lambda: compiled(True))
-    run("CUDA graph capture and replay (forward and backward)", graph)
-    run("non-default stream", side_stream)
-    run("bitwise identical across runs", identical)
-    run("a target out of range: a clear error", bad_target)
-    return out
+
+# lab.linear_cross_entropy through each of its paths: (tokens, vocabulary, hidden size, options, bias, chunk_tokens).
+HEAD_ENTRY_CASES = (
+    (256, 1000, 512, {}, False, None),  # one chunk: the kernel reduces the mean, dW from one matmul
+    (192, 50257, 256, {"label_smoothing": 0.1}, True, 64),  # chunks: dW and db summed in float32, a padded vocabulary
+    (128, 32000, 256, {"reduction": "none", "z_loss": 1e-4}, False, 48),  # per-row loss: the backward computes again
+)
+
+
+def head_entry_label(tokens: int, vocab: int, hidden: int, options: dict, bias: bool, chunk: int | None) -> str:
+    chunks = "one chunk" if chunk is None or chunk >= tokens else f"{-(-tokens // chunk)} chunks"
+    return (f"lab.linear_cross_entropy: {chunks}, {route_of(vocab, options)} ("
+            + ", ".join([f"{tokens} x {vocab}, K = {hidden}", *(f"{k} {v}" for k, v in options.items()),
+                         *(["bias"] if bias else [])]) + ")")
+
+
+def linear_cross_entropy_entry(tokens: int, vocab: int, hidden: int, options: dict, bias: bool,
+                               chunk: int | None) -> dict[str, dict]:
+    """lab.linear_cross_entropy's citizenship on one of its paths (bfloat16): its loss and its gradients in x, the
+    weight and the bias against float64 in each use (eagerly, as LinearCrossEntropyLoss, compiled, captured in a CUDA
+    graph, on a side stream), bitwise repeats, and a target out of range, which must be a clear error."""
+    import lab
+    from lab.operators.cross_entropy import CrossEntropyOptions
+
+    op = operators.get("linear_cross_entropy")
+    shape, spec = Shape(tokens, vocab, None, hidden), CrossEntropyOptions(**options)
+    x, weight, target, b, _ = op.make_inputs(shape, torch.bfloat16, "cuda", 7, spec, bias)
+    kwargs = {**options, "chunk_tokens": chunk}
+
+    def right(results: tuple, inputs: tuple = (x, weight, target, b)) -> bool:
+        return check.check(lambda *_: results, (*inputs, spec), False, op=op).ok
+
+    def grads(loss: torch.Tensor, leaves: tuple) -> tuple:
+        """(loss, dx, dweight, dbias) after loss.backward of the rows' sum (dbias empty without a bias)."""
+        return (loss.detach().float(), leaves[0].grad, leaves[1].grad,
+                leaves[2].grad if leaves[2] is not None else x.new_empty(0))
+
+    def leaves(inputs: tuple = (x, weight, b)) -> tuple:
+        return tuple(None if t is None else t.detach().clone().requires_grad_() for t in inputs)
+
+    def step(fn=lab.linear_cross_entropy, target=target) -> tuple:
+        xs, ws, bs = held = leaves()
+        loss = fn(xs, ws, target, bs, **kwargs)
+        loss.backward(torch.ones_like(loss))
+        return grads(loss, held)
+
+    def module(xs, ws, t, bs, **kw):
+        return lab.LinearCrossEntropyLoss(**kw)(xs, ws, t, bs)
+
+    def compiled() -> bool:
+        torch._dynamo.reset()
+        return right(step(torch.compile(lab.linear_cross_entropy, fullgraph=True)))
+
+    def graph() -> bool:
+        static = leaves()
+        # The warm-up (Triton's compilation, cuBLAS's workspace) outside the capture.
+        on_side_stream(lambda: step())
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            loss = lab.linear_cross_entropy(static[0], static[1], target, static[2], **kwargs)
+            loss.backward(torch.ones_like(loss))
+        fresh = op.make_inputs(shape, torch.bfloat16, "cuda", 8, spec, bias)
+        with torch.no_grad():
+            for t, new in zip(static, (fresh[0], fresh[1], fresh[3])):
+                if t is not None:
+                    t.copy_(new)
+        g.replay()
+        torch.cuda.synchronize()
+        return right(grads(loss, static), (fresh[0], fresh[1], target, fresh[3]))
+
+    def identical() -> bool:
+        runs = [step() for _ in range(3)]
+        return all(torch.equal(a, c) for r in runs[1:] for a, c in zip(runs[0], r, strict=True))
+
+    bad = target.clone()
+    bad[tokens // 2] = vocab
+    return run_cells([
+        ("eager forward and backward", lambda: right(step())),
+        ("LinearCrossEntropyLoss (the module)", lambda: right(step(module))),
+        ("torch.compile(fullgraph=True), forward and backward", compiled),
+        ("CUDA graph capture and replay (forward and backward)", graph),
+        ("non-default stream", lambda: right(on_side_stream(step))),
+        ("bitwise identical across runs", identical),
+        ("a target out of range: a clear error",
+         lambda: clear_target_error(lambda: step(target=bad), "lab.linear_cross_entropy")),
+    ])
 
 
 def bad_inputs(v: Variant) -> dict[str, dict]:
@@ -356,7 +457,9 @@ def write_markdown(data: dict, path: Path) -> None:
                *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
     for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs"),
                        ("lab.cross_entropy through each of its kernels (bfloat16, checked against float64)",
-                        "cross_entropy_entry")):
+                        "cross_entropy_entry"),
+                       ("lab.linear_cross_entropy through each of its paths (bfloat16, the loss and dx, dW, db "
+                        "checked against float64)", "linear_cross_entropy_entry")):
         if key not in data:
             continue
         table = data[key]
@@ -480,16 +583,21 @@ def main() -> int:
             print(f"citizenship: {v.name} done at {time.perf_counter() - start:.0f} s", flush=True)
     if "bad_inputs" in args.sections:
         data["bad_inputs"] = {v.name: bad_inputs(v) for v in runnable}
-    if "cross_entropy_entry" in args.sections:
+    if set(ENTRIES) & set(args.sections):
         import lab.losses
 
-        lab.losses._ops()  # the extension loaded, as lab.cross_entropy's first call loads it
+        lab.losses._ops()  # the extension loaded, as the entries' first call loads it
+    if "cross_entropy_entry" in args.sections:
         data["cross_entropy_entry"] = {}
         for vocab, options in ENTRY_CASES:
             label = ", ".join([f"V = {vocab}", *(f"{k} {v}" for k, v in options.items())])
             data["cross_entropy_entry"][f"lab.cross_entropy: {route_of(vocab, options)} ({label})"] = \
                 cross_entropy_entry(vocab, options)
         print(f"lab.cross_entropy's citizenship done at {time.perf_counter() - start:.0f} s", flush=True)
+    if "linear_cross_entropy_entry" in args.sections:
+        data["linear_cross_entropy_entry"] = {head_entry_label(*case): linear_cross_entropy_entry(*case)
+                                              for case in HEAD_ENTRY_CASES}
+        print(f"lab.linear_cross_entropy's citizenship done at {time.perf_counter() - start:.0f} s", flush=True)
     if "large" in args.sections:
         data["large"] = large_tensors()
     if "sanitizers" in args.sections:
@@ -497,7 +605,7 @@ def main() -> int:
     data["seconds"] = round(time.perf_counter() - start)
     (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
     write_markdown(data, args.out / "trust.md")
-    failed = [(n, c) for key in ("citizenship", "bad_inputs", "cross_entropy_entry")
+    failed = [(n, c) for key in ("citizenship", "bad_inputs", *ENTRIES)
               for n, row in data.get(key, {}).items() for c, r in row.items() if r["result"] == FAIL]
     mismatches = sum(len(c["mismatches"]) for key in ("fuzz", *FUZZ_LOSSES)
                      for c in data.get(key, {}).get("variants", {}).values())

@@ -55,18 +55,21 @@ def test_the_cross_entropy_fuzz_has_its_own_section(tmp_path):
     assert "| `cuda.cluster` | 300 | 200 | 0 | 0 |" in md
 
 
-def test_lab_cross_entropys_citizenship_and_large_tensors_have_their_rows(tmp_path):
+def test_the_loss_entries_citizenship_and_large_tensors_have_their_rows(tmp_path):
     row = "lab.cross_entropy: cuda.cluster (V = 50257)"
+    head = "lab.linear_cross_entropy: 3 chunks, cuda.cluster (192 x 50257, K = 256, bias)"
     data = {"environment": {"commit": "abc123", "gpu": "NVIDIA H100", "date": "2026-11-27"},
             "sections": list(trust.SECTIONS),
             "large": {"command": "pytest -k 64bit", "summary": "23 passed", "shapes": "over 2^31", "returncode": 0,
                       "cross_entropy": "lab.cross_entropy through cuda.cluster"},
             "cross_entropy_entry": {row: {"non-default stream": trust.cell(True),
-                                          "a target out of range: a clear error": trust.cell(False, "no error")}}}
+                                          "a target out of range: a clear error": trust.cell(False, "no error")}},
+            "linear_cross_entropy_entry": {head: {"eager forward and backward": trust.cell(True)}}}
     path = tmp_path / "trust.md"
     trust.write_markdown(data, path)
     md = path.read_text()
     assert "## lab.cross_entropy through each of its kernels" in md and f"| `{row}` | pass | FAIL |" in md
+    assert "## lab.linear_cross_entropy through each of its paths" in md and f"| `{head}` | pass |" in md
     assert "no error" in md and "over 2^31; lab.cross_entropy through cuda.cluster: `pytest -k 64bit`" in md
 
 

@@ -329,12 +329,14 @@ def quack_linear_reason(x, weight, target, bias, options) -> str | None:
     return options_reason(options, bias, set(), "QuACK's chunked_linear_cross_entropy")
 
 
-def build_quack_linear():
+def build_quack_linear(with_grad: bool = True):
     (chunked,) = _import("quack-kernels", "quack.linear_cross_entropy", "chunked_linear_cross_entropy")
-    from lab.operators.linear_cross_entropy import train_step
+    from lab.operators.linear_cross_entropy import evaluation, train_step
 
-    return train_step(lambda x, weight, target, bias, options: chunked(
-        x, weight, target, ignore_index=options.ignore_index, reduction=options.reduction))
+    def quack_loss(x, weight, target, bias, options):
+        return chunked(x, weight, target, ignore_index=options.ignore_index, reduction=options.reduction)
+
+    return train_step(quack_loss) if with_grad else evaluation(quack_loss)
 
 
 def no_tokens_reason(shape: Shape, dtype: torch.dtype) -> str | None:
@@ -385,6 +387,12 @@ register(Variant(
     description="Liger-Kernel LigerFusedLinearCrossEntropyLoss without grad: its chunks' matmuls and cross-entropy, "
                 "no gradient",
     build=lambda: build_liger_linear(with_grad=False), case_reason=liger_linear_reason, shape_reason=no_tokens_reason,
+))
+register(Variant(
+    name="peer.quack", op="linear_cross_entropy_loss", backend="peer",
+    description="QuACK chunked_linear_cross_entropy without grad: chunks of 4096 tokens, the loss alone (no dx or dW "
+                "matmuls)",
+    build=lambda: build_quack_linear(with_grad=False), case_reason=quack_linear_reason, shape_reason=no_tokens_reason,
 ))
 register(Variant(
     name="peer.cce", op="linear_cross_entropy_loss", backend="peer",

@@ -8,10 +8,13 @@
 #   bash scripts/remote/heads.sh lab     the lab run of linear_cross_entropy in bfloat16 with the peers installed
 #                                        (interrupted at 550 s, it saves what it has): results.tgz
 #   bash scripts/remote/heads.sh loss    the same of linear_cross_entropy_loss, then the peers' randomized testing
+#   bash scripts/remote/heads.sh trust   trust's lab.linear_cross_entropy section and the four sanitizers over its
+#                                        chunks (trust/; the logs in build/san), then the fuzz cases named in
+#                                        HEAD_CASES again
 # Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?tests, fuzz, lab or loss}
+STEP=${1:?tests, fuzz, lab, loss or trust}
 # shellcheck source=scripts/remote/device_call.sh
 source scripts/remote/device_call.sh
 
@@ -50,5 +53,15 @@ case "$STEP" in
       fuzz linear_cross_entropy_loss 80 'peer.*' 70 peers
     } 2>&1 | tee "$OUT/fuzz_peers.txt"
     ;;
-  *) echo "unknown step $STEP (tests, fuzz, lab or loss)"; exit 2 ;;
+  trust)
+    begin_call
+    { timeout 200 python scripts/trust.py --out "$OUT/trust" --sections linear_cross_entropy_entry 2>&1 | tail -4
+      timeout 240 bash scripts/sanitize.sh build/san --op linear_cross_entropy 2>&1
+      for c in ${HEAD_CASES:-}; do
+        timeout 90 python -m lab.fuzz --op linear_cross_entropy --case "$c" --only 'lab.auto,torch.eager' \
+          --max-elements 2000000 2>&1 | grep -E "^case|MISMATCH|lab.auto |torch.eager "
+      done
+    } 2>&1 | tee "$OUT/trust.txt"
+    ;;
+  *) echo "unknown step $STEP (tests, fuzz, lab, loss or trust)"; exit 2 ;;
 esac
