@@ -25,7 +25,7 @@ import importlib.util
 import torch
 
 from lab.inputs import Shape
-from lab.registry import Kernel, Traffic, Unavailable, Variant, register
+from lab.registry import Kernel, Traffic, Unavailable, Variant, dtype_name, register
 
 # QuACK loads and stores rows in 16-byte vectors (128 // dtype width elements): softmax.py calls
 # _get_tiled_copy(vecsize=128 // largest_dtype_width), which asserts N % vecsize == 0
@@ -329,6 +329,15 @@ def quack_linear_reason(x, weight, target, bias, options) -> str | None:
     return options_reason(options, bias, set(), "QuACK's chunked_linear_cross_entropy")
 
 
+def quack_linear_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
+    """QuACK's chunked head asserts whole groups of 8 tokens; its CuTe DSL matmuls take rows of whole 16-byte packs."""
+    per_pack = 16 // dtype.itemsize
+    if shape.m % 8 or (shape.k or 1) % per_pack or shape.n % per_pack:
+        return (f"QuACK's chunked head takes tokens in multiples of 8 (it asserts so) and K and N in multiples of "
+                f"{per_pack} in {dtype_name(dtype)} (16-byte rows for its matmuls)")
+    return no_tokens_reason(shape, dtype)
+
+
 def build_quack_linear(with_grad: bool = True):
     (chunked,) = _import("quack-kernels", "quack.linear_cross_entropy", "chunked_linear_cross_entropy")
     from lab.operators.linear_cross_entropy import evaluation, train_step
@@ -377,7 +386,7 @@ register(Variant(
     name="peer.quack", **LINEAR_CROSS_ENTROPY,
     description="QuACK chunked_linear_cross_entropy: chunks of 4096 tokens, CuTe DSL matmuls with a cross-entropy "
                 "epilogue",
-    build=build_quack_linear, case_reason=quack_linear_reason, shape_reason=no_tokens_reason,
+    build=build_quack_linear, case_reason=quack_linear_reason, shape_reason=quack_linear_shape_reason,
 ))
 
 
@@ -392,7 +401,8 @@ register(Variant(
     name="peer.quack", op="linear_cross_entropy_loss", backend="peer",
     description="QuACK chunked_linear_cross_entropy without grad: chunks of 4096 tokens, the loss alone (no dx or dW "
                 "matmuls)",
-    build=lambda: build_quack_linear(with_grad=False), case_reason=quack_linear_reason, shape_reason=no_tokens_reason,
+    build=lambda: build_quack_linear(with_grad=False), case_reason=quack_linear_reason,
+    shape_reason=quack_linear_shape_reason,
 ))
 register(Variant(
     name="peer.cce", op="linear_cross_entropy_loss", backend="peer",
