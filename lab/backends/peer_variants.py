@@ -326,6 +326,8 @@ def build_cce(filter_eps="high", with_grad: bool = True):
 def quack_linear_reason(x, weight, target, bias, options) -> str | None:
     from lab.operators.linear_cross_entropy import options_reason
 
+    if mean_of_nothing(target, options):
+        return "every row ignored: QuACK's gradients are NaN (its mean's factor is 1 / 0) where PyTorch's are 0"
     return options_reason(options, bias, set(), "QuACK's chunked_linear_cross_entropy")
 
 
