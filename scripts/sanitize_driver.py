@@ -24,6 +24,7 @@ from lab.backends.cuda_variants import (
     register_cached_shapes,
 )
 from lab.inputs import Shape
+from lab.registry import dtype_name
 
 load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
 if not torch.cuda.is_available():
@@ -201,6 +202,7 @@ if "linear_cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.o
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for shape in (Shape(40, 50257, None, 64), Shape(33, 32000, None, 48)):
+            print(f"linear_cross_entropy: {dtype_name(dtype)} {shape.label()}", flush=True)
             run_checked(op, "lab.linear_cross_entropy in chunks", kernel, shape, dtype)
             ran += 1
     print(f"linear_cross_entropy lab.linear_cross_entropy in chunks: ran {ran} shape and dtype cases", flush=True)
