@@ -202,7 +202,7 @@ if "linear_cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.o
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for shape in (Shape(40, 50257, None, 64), Shape(33, 32000, None, 48)):
-            print(f"linear_cross_entropy: {dtype_name(dtype)} {shape.label()}", flush=True)
+            print(f"linear_cross_entropy: {dtype_name(dtype)} {shape.label}", flush=True)
             run_checked(op, "lab.linear_cross_entropy in chunks", kernel, shape, dtype)
             ran += 1
     print(f"linear_cross_entropy lab.linear_cross_entropy in chunks: ran {ran} shape and dtype cases", flush=True)
