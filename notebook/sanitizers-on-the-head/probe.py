@@ -27,4 +27,11 @@ elif mode == "ce_copied":  # the same logits through a host copy: written by a m
     loss = lab.losses._ops().loss_and_grad(logits[:, :50257], target, None, -100, "sum", 0.0, 0.0, None,
                                              logits[:, :50257])
     print("loss from copied logits:", loss.item())
+elif mode.startswith("float32_"):  # float32 rows of 50257 in a buffer of 50260 a row, made on the host: no cuBLAS
+    rows = int(mode.split("_")[1])
+    buffer = torch.randn(rows, 50260, generator=torch.Generator().manual_seed(0)).cuda()
+    target = torch.randint(0, 50257, (rows,), device="cuda", generator=g)
+    loss = lab.losses._ops().loss_and_grad(buffer[:, :50257], target, None, -100, "sum", 0.0, 0.0, None,
+                                             buffer[:, :50257])
+    print(f"float32 loss of {rows} rows:", loss.item())
 torch.cuda.synchronize()
