@@ -24,7 +24,7 @@ and trust.json.
    non-default stream, bitwise identical across runs, each result against float64; a target out of range a clear
    error.
 7. lab.linear_cross_entropy through each of its paths (HEAD_ENTRY_CASES: one chunk, chunks summed in float32 over a
-   padded vocabulary, the per-row loss): eager, as LinearCrossEntropyLoss, inside torch.compile(fullgraph=True)
+   padded vocabulary through the CUDA kernel, the per-row loss with the Triton kernel's options): eager, as LinearCrossEntropyLoss, inside torch.compile(fullgraph=True)
    forward and backward, captured in a CUDA graph with its backward and replayed, on a non-default stream, bitwise
    identical across runs, the loss and every gradient against float64; a target out of range a clear error.
 Each cell is measured, never assumed: a property a variant cannot have (opcheck of a Triton kernel)
@@ -258,8 +258,9 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
 # lab.linear_cross_entropy through each of its paths: (tokens, vocabulary, hidden size, options, bias, chunk_tokens).
 HEAD_ENTRY_CASES = (
     (256, 1000, 512, {}, False, None),  # one chunk: the kernel reduces the mean, dW from one matmul
-    (192, 50257, 256, {"label_smoothing": 0.1}, True, 64),  # chunks: dW and db summed in float32, a padded vocabulary
-    (128, 32000, 256, {"reduction": "none", "z_loss": 1e-4}, False, 48),  # per-row loss: the backward computes again
+    (192, 50257, 256, {}, True, 64),  # chunks: dW and db summed in float32, a padded vocabulary, the CUDA kernel
+    (128, 32000, 256, {"reduction": "none", "z_loss": 1e-4}, False, 48),  # per-row loss (the backward computes it
+    # again), the options of the Triton kernel
 )
 
 
