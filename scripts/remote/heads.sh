@@ -12,6 +12,8 @@
 #                                        chunks (trust/; the logs in build/san), then the fuzz cases named in
 #                                        HEAD_CASES again
 # Each writes its log to $OUT/<step>.txt; LAB_COMMIT names the commit (lab/env.py).
+# QuACK's chunked head imports with quack-kernels 0.6.4 and nvidia-cutlass-dsl 4.6.2 (0.6.5's does not with the
+# DSL 4.7 or 4.8): stage those versions for the lab and loss steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?tests, fuzz, lab, loss or trust}
