@@ -209,12 +209,14 @@ def check(kernel: Kernel, inputs: torch.Tensor | tuple, writes_out: bool, ref: O
     results = [compare(y_i, r_i, d_i, row_labels if r_i.dim() == 2 else None, {d_i: tolerances[h_i]}, s_i)
                for y_i, r_i, d_i, h_i, s_i in zip(ys, refs, spec.dtypes, held_to, scales, strict=True)]
     if op.framework_result is not None and inputs[0].dtype in LOW_PRECISION and all(r.ok for r in results):
-        framework = as_tuple(_kept(memo, "framework_result", lambda: op.framework_result(*inputs)))
+        framework = _kept(memo, "framework_result", lambda: op.framework_result(*inputs))
+        recipes = [as_tuple(f) for f in framework] if isinstance(framework, list) else [as_tuple(framework)]
         from_scale = op.framework_floor_from_scale
         from_scale = from_scale if isinstance(from_scale, tuple) else (from_scale,) * len(refs)
-        bounds = [framework_bound(y_i, f_i, r_i, tolerances[h_i], s_i if use else None, zero_ref_scale=s_i)
-                  for y_i, f_i, r_i, h_i, s_i, use in zip(ys, framework, refs, held_to, scales, from_scale,
-                                                          strict=True)]
+        bounds = [framework_bound(y_i, [recipe[i] for recipe in recipes], r_i, tolerances[h_i], s_i if use else None,
+                                  zero_ref_scale=s_i)
+                  for i, (y_i, r_i, h_i, s_i, use) in enumerate(zip(ys, refs, held_to, scales, from_scale,
+                                                                    strict=True))]
         # The comparison's norm error stays the result's; its worst share is of whichever bar is nearer.
         results = [CheckResult(b.ok, max(r.worst_ratio, b.worst_ratio), r.rel_norm, b.message)
                    for r, b in zip(results, bounds, strict=True)]
@@ -241,10 +243,11 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 float64 tolerance is the bar."""
 
 
-def framework_bound(y: torch.Tensor, framework: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
+def framework_bound(y: torch.Tensor, framework: torch.Tensor | list[torch.Tensor], ref: torch.Tensor, tol: Tolerance,
                     scale: torch.Tensor | None = None, zero_ref_scale: torch.Tensor | None = None) -> CheckResult:
     """A passed comparison held to PyTorch's own error as well: max|y - ref| <= FRAMEWORK_ERROR_FACTOR *
-    max|framework - ref| + floor * max(scale) over the elements where the reference is finite, scale the operator's
+    max|framework - ref| + floor * max(scale) over the elements where the reference is finite (framework: PyTorch's
+    result, or a list of its results by several recipes, whose largest finite error counts), scale the operator's
     error scale (|ref| without one), as in compare, floor the larger of atol_rel and half a 16-bit output's eps (times
     the largest value: half an ulp to an ulp of it, as far as a result summed in another order may round; for every
     operator held to PyTorch's error). The floor keeps a framework that happens to be exact from failing every rounding:
@@ -260,7 +263,9 @@ def framework_bound(y: torch.Tensor, framework: torch.Tensor, ref: torch.Tensor,
         return CheckResult(True, 0.0, 0.0)
     ref_f = ref[finite]
     ours = (y.double()[finite] - ref_f).abs().max().item()
-    theirs = (framework.double()[finite] - ref_f).abs().nan_to_num(nan=math.inf).max().item()
+    errors = [(f.double()[finite] - ref_f).abs().nan_to_num(nan=math.inf).max().item()
+              for f in (framework if isinstance(framework, list) else [framework])]
+    theirs = max((e for e in errors if math.isfinite(e)), default=math.inf)
     magnitude = (ref_f.abs() if scale is None else scale.double()[finite]).max().item()
     if magnitude == 0 and zero_ref_scale is not None:
         magnitude = zero_ref_scale.double()[finite].max().item()

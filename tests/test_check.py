@@ -429,6 +429,21 @@ def test_framework_bound_takes_twice_pytorchs_error():
         assert check.framework_bound(y, framework, ref, tol).ok is ok, factor
 
 
+def test_framework_bound_over_recipes_takes_the_larger_finite_error():
+    """PyTorch's results by several recipes: twice the larger of their errors is the bar; a recipe whose result is NaN
+    where the reference is finite does not set it (it is no error PyTorch's other recipe makes)."""
+    ref = torch.linspace(-1, 1, 101, dtype=torch.float64)
+    tol = check.Tolerance(rtol=1e-2, atol_rel=1e-6, norm_tol=1e-2)
+    close, far = ref + 1e-4, ref + 3e-4
+    y = ref + 5e-4  # 5x the closer recipe's error, under twice the farther's
+    assert not check.framework_bound(y, close, ref, tol).ok
+    assert check.framework_bound(y, [close, far], ref, tol).ok
+    broken = far.clone()
+    broken[3] = float("nan")
+    assert not check.framework_bound(y, [close, broken], ref, tol).ok
+    assert check.framework_bound(y, [broken], ref, tol).ok  # no recipe with a finite error: no bar, as before
+
+
 def test_the_framework_bounds_floor_is_of_the_error_scale_where_the_operator_has_one():
     """A reference of zeros that PyTorch computes exactly (a soft-capped row of one logit: loss and gradient 0) and
     a result a float32 ulp of its scale off: the floor of |ref| is 0 and fails it, the floor of the scale passes it;

@@ -278,12 +278,12 @@ def test_dweights_bar_is_twice_pytorchs_error_not_a_share_of_its_magnitudes():
 
     op = get("linear_cross_entropy")
     case = op.make_inputs(Shape(512, 64, None, 16), torch.float16, "cpu", 0)
-    ref, torchs = op.reference(*case), op.framework_result(*case)
-    err = (torchs[2].double() - ref[2]).abs().max().item()
+    ref, recipes = op.reference(*case), op.framework_result(*case)
+    err = max((torchs[2].double() - ref[2]).abs().max().item() for torchs in recipes)  # the bar's: the larger
 
     def torch_with(drift):
         def kernel(*inputs):
-            loss, dx, dw, db = op.framework_result(*inputs)
+            loss, dx, dw, db = op.framework_result(*inputs)[0]
             dw = dw.clone()
             at = dw.abs().argmax()
             away = 1.0 if dw.view(-1)[at].double() >= ref[2].view(-1)[at] else -1.0  # away from the exact value

@@ -61,9 +61,10 @@ class Operator:
     output_names: tuple[str, ...] = ("y",)
     """The outputs' names, in a failed check's message."""
     framework_result: Callable[..., object] | None = None
-    """framework_result(*inputs): PyTorch's own result in the inputs' dtype; in float16 and bfloat16 a variant must
-    also be within FRAMEWORK_ERROR_FACTOR times its error (lab/check.py): for losses and gradients in low
-    precision, the bar the Cut Cross-Entropy and QuACK test suites use."""
+    """framework_result(*inputs): PyTorch's own result in the inputs' dtype (or a list of its results by several
+    recipes: the largest of their errors counts); in float16 and bfloat16 a variant must also be within
+    FRAMEWORK_ERROR_FACTOR times its error (lab/check.py): for losses and gradients in low precision, the bar the Cut
+    Cross-Entropy and QuACK test suites use."""
     framework_floor_from_scale: bool | tuple[bool, ...] = True
     """What the floor of the framework bar (lab/check.py, framework_bound) is a share of, for every output or one flag
     per output: the largest error_scale (True), or the largest |reference| where that is not 0 (False: an output
