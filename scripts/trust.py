@@ -24,9 +24,10 @@ and trust.json.
    non-default stream, bitwise identical across runs, each result against float64; a target out of range a clear
    error.
 7. lab.linear_cross_entropy through each of its paths (HEAD_ENTRY_CASES: one chunk, chunks summed in float32 over a
-   padded vocabulary through the CUDA kernel, the per-row loss with the Triton kernel's options): eager, as LinearCrossEntropyLoss, inside torch.compile(fullgraph=True)
-   forward and backward, captured in a CUDA graph with its backward and replayed, on a non-default stream, bitwise
-   identical across runs, the loss and every gradient against float64; a target out of range a clear error.
+   padded vocabulary through the CUDA kernel, the per-row loss with the Triton kernel's options): eager, as
+   LinearCrossEntropyLoss, inside torch.compile(fullgraph=True) forward and backward, captured in a CUDA graph with
+   its backward and replayed, on a non-default stream, bitwise identical across runs, the loss and every gradient
+   against float64; a target out of range a clear error.
 Each cell is measured, never assumed: a property a variant cannot have (opcheck of a Triton kernel)
 is marked n/a with the reason.
 """
@@ -318,7 +319,7 @@ def linear_cross_entropy_entry(tokens: int, vocab: int, hidden: int, options: di
             loss.backward(torch.ones_like(loss))
         fresh = op.make_inputs(shape, torch.bfloat16, "cuda", 8, spec, bias)
         with torch.no_grad():
-            for t, new in zip(static, (fresh[0], fresh[1], fresh[3])):
+            for t, new in zip(static, (fresh[0], fresh[1], fresh[3]), strict=True):
                 if t is not None:
                     t.copy_(new)
         g.replay()
