@@ -4,9 +4,10 @@ checked against its operator's float64 reference.
 
 The inputs are made on the CPU and copied to the GPU as they are laid out (padding included), and
 the outputs are copied back and checked on the CPU: the only kernels that touch the GPU's memory are
-the lab's. So initcheck sees every byte the kernels read initialized by a copy it tracks, and
-reports only what a kernel really reads uninitialized (memory written by kernels it does not watch
-would otherwise look uninitialized to it).
+the lab's (but for lab.linear_cross_entropy's matmuls, whose section initcheck does not run). So
+initcheck sees every byte the kernels read initialized by a copy it tracks, and reports only what a
+kernel really reads uninitialized (memory written by kernels it does not watch would otherwise look
+uninitialized to it).
 """
 
 import argparse
