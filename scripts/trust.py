@@ -293,8 +293,9 @@ def linear_cross_entropy_entry(tokens: int, vocab: int, hidden: int, options: di
         return (loss.detach().float(), leaves[0].grad, leaves[1].grad,
                 leaves[2].grad if leaves[2] is not None else x.new_empty(0))
 
-    def leaves(inputs: tuple = (x, weight, b)) -> tuple:
-        return tuple(None if t is None else t.detach().clone().requires_grad_() for t in inputs)
+    def leaves() -> tuple:
+        """Fresh copies of x, the weight and the bias (None without one) that require grad."""
+        return tuple(None if t is None else t.detach().clone().requires_grad_() for t in (x, weight, b))
 
     def step(fn=lab.linear_cross_entropy, target=target) -> tuple:
         xs, ws, bs = held = leaves()
