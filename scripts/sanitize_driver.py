@@ -357,3 +357,20 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
                         if "no shape of twice the threads" not in str(e):
                             raise
     print(f"softmax_backward register_cached tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
+
+
+# cluster's launches of 16 CTAs a row on 8 and 16 rows: the table's entries for the longest rows and its entries for
+# few rows (decode), with more clusters at once than the shapes above launch. Last, since one fault stops the driver:
+# synccheck raised an illegal memory access at float32 rows of the 65536 entry on 16 rows, not on 2, which memcheck
+# does not report (notebook/sanitizers-on-the-head).
+if "softmax" in wanted and only("cuda.cluster"):
+    op = operators.get("softmax")
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n in cluster_thresholds(dtype):
+            for rows in (8, 16):
+                if list(torch.ops.lab_tune.cluster_plan(n, dtype, rows))[1] == 16:
+                    print(f"softmax cluster on 16 CTAs: {dtype_name(dtype)} {rows}x{n}", flush=True)
+                    run_checked(op, f"cluster on 16 CTAs, {rows} rows", torch.ops.lab.cluster, Shape(rows, n), dtype)
+                    ran += 1
+    print(f"softmax cluster on 16 CTAs, 8 and 16 rows: ran {ran} shape and dtype cases", flush=True)
