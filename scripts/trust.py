@@ -188,6 +188,12 @@ def run_cells(cells: list[tuple[str, object]]) -> dict[str, dict]:
     return out
 
 
+def identical_runs(run) -> bool:
+    """run() (a tuple of tensors) three times: every result bitwise the first's."""
+    runs = [run() for _ in range(3)]
+    return all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
+
+
 def clear_target_error(call, entry: str) -> bool:
     """call() (the entry with a target out of range) raises a ValueError that names the entry and the target."""
     try:
@@ -237,10 +243,6 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
         case_now = (fresh, target, case[2])
         return check.check(lambda *_: (loss.detach().float(), static.grad), case_now, False, op=op).ok
 
-    def identical() -> bool:
-        runs = [step(logits) for _ in range(3)]
-        return all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
-
     bad = target.clone()
     bad[ENTRY_ROWS // 2] = vocab
     return run_cells([
@@ -250,7 +252,7 @@ def cross_entropy_entry(vocab: int, options: dict) -> dict[str, dict]:
         ("torch.compile(fullgraph=True), in place", lambda: compiled(True)),
         ("CUDA graph capture and replay (forward and backward)", graph),
         ("non-default stream", lambda: right(*on_side_stream(lambda: step(logits)))),
-        ("bitwise identical across runs", identical),
+        ("bitwise identical across runs", lambda: identical_runs(lambda: step(logits))),
         ("a target out of range: a clear error", lambda: clear_target_error(
             lambda: step(logits, lambda x, t, **kw: lab.cross_entropy(x, bad, **kw)), "lab.cross_entropy")),
     ])
@@ -327,10 +329,6 @@ def linear_cross_entropy_entry(tokens: int, vocab: int, hidden: int, options: di
         torch.cuda.synchronize()
         return right(grads(loss, static), (fresh[0], fresh[1], target, fresh[3]))
 
-    def identical() -> bool:
-        runs = [step() for _ in range(3)]
-        return all(torch.equal(a, c) for r in runs[1:] for a, c in zip(runs[0], r, strict=True))
-
     bad = target.clone()
     bad[tokens // 2] = vocab
     return run_cells([
@@ -339,7 +337,7 @@ def linear_cross_entropy_entry(tokens: int, vocab: int, hidden: int, options: di
         ("torch.compile(fullgraph=True), forward and backward", compiled),
         ("CUDA graph capture and replay (forward and backward)", graph),
         ("non-default stream", lambda: right(on_side_stream(step))),
-        ("bitwise identical across runs", identical),
+        ("bitwise identical across runs", lambda: identical_runs(step)),
         ("a target out of range: a clear error",
          lambda: clear_target_error(lambda: step(target=bad), "lab.linear_cross_entropy")),
     ])

@@ -333,7 +333,7 @@ def quack_linear_reason(x, weight, target, bias, options) -> str | None:
 
 def quack_linear_shape_reason(shape: Shape, dtype: torch.dtype) -> str | None:
     """QuACK's chunked head asserts whole groups of 8 tokens; its CuTe DSL matmuls take rows of whole 16-byte packs."""
-    per_pack = 16 // dtype.itemsize
+    per_pack = QUACK_VECTOR_BYTES // dtype.itemsize
     if shape.m % 8 or (shape.k or 1) % per_pack or shape.n % per_pack:
         return (f"QuACK's chunked head takes tokens in multiples of 8 (it asserts so) and K and N in multiples of "
                 f"{per_pack} in {dtype_name(dtype)} (16-byte rows for its matmuls)")
