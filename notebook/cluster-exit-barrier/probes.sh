@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The probes of this folder under one compute-sanitizer tool (TOOL, default synccheck), one process each, on the
-# built lab._C: softmax's cluster kernel (the table's plan and the tuning op's 16 CTAs, one cluster per row), the
+# built lab._C: softmax's cluster kernel (the table's plan, and through the tuning op one cluster per row), the
 # backward's and the cross-entropy's, each on 16 rows and on 2. Run from the repository root on a GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,8 +9,9 @@ sha256sum lab/_C*.so | cut -c1-16
 while read -r args; do
   out=$(PYTHONPATH=$PWD "$SAN" --tool "${TOOL:-synccheck}" --error-exitcode 9 python \
     notebook/cluster-exit-barrier/probe.py $args 2>&1)
-  echo "$args: exit $? | $(grep -m1 -E 'largest error' <<<"$out") | $(grep -m1 -E 'ERROR SUMMARY' <<<"$out")" \
-    "$(grep -m1 -oE 'Error: [^=]*|illegal memory access[^=]*' <<<"$out")"
+  rc=$?
+  echo "$args: exit $rc | $(grep -E 'largest error|^plan' <<<"$out" | tr '\n' ' ')| $(grep -m1 'ERROR SUMMARY' <<<"$out")" \
+    "$(grep -m1 -oE 'illegal memory access[^=]*|Error: [^=]*' <<<"$out")"
 done <<'CASES'
 softmax float32 16 50260
 softmax float32 2 50260
