@@ -16,8 +16,8 @@ status=0
 # The driver makes its inputs on the CPU and checks its outputs there, so the kernels it runs on the GPU are the
 # lab's, but for lab.linear_cross_entropy's matmuls (cuBLAS). racecheck and synccheck leave cuBLAS's Hopper kernels
 # (nvjet_*) out: racecheck reports hazards inside its split-K kernels, which are not the lab's to fix. initcheck
-# watches every kernel (a kernel it does not watch would leave what it writes looking uninitialized); the driver
-# tells the head's section which tool runs (SANITIZER_TOOL).
+# watches every kernel (a kernel it does not watch would leave what it writes looking uninitialized). The driver
+# learns which tool runs (SANITIZER_TOOL): initcheck skips the head's section, synccheck many clusters of 16 CTAs.
 for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
   log="$LOGS/$tool.log"
   filter=()

@@ -1,8 +1,8 @@
 """One launch of a lab cluster kernel with 16 CTAs a row, its result checked against float64 on the CPU, for
 compute-sanitizer to watch (synccheck raised an illegal memory access on such launches of many rows):
-    compute-sanitizer --tool synccheck python notebook/cluster-exit-barrier/probe.py softmax float32 16 50260
-    ... probe.py softmax_tuned float32 16 65536   (the tuning op: the plan's CTAs a row, one cluster per row, no stagger)
-    ... probe.py backward float32 16 65536        (the backward's cluster kernel: the plan's CTAs a row, one cluster per row)
+    compute-sanitizer --tool synccheck python notebook/synccheck-on-16-cta-clusters/probe.py softmax float32 16 50260
+    ... probe.py softmax_tuned float32 16 65536   (the tuning op: the plan's CTAs, a cluster per row, no stagger)
+    ... probe.py backward float32 16 65536        (the backward's cluster kernel: the plan's CTAs, a cluster per row)
     ... probe.py ce 16                            (the cross-entropy kernel, float32 rows of 50257 on a stride of 50260)
 Prints the largest error against float64 and exits non-zero if it is over 1e-5 (float32) or 1e-2 (16-bit).
 """

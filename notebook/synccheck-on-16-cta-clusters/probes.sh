@@ -8,7 +8,7 @@ SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 sha256sum lab/_C*.so | cut -c1-16
 while read -r args; do
   out=$(PYTHONPATH=$PWD "$SAN" --tool "${TOOL:-synccheck}" --error-exitcode 9 python \
-    notebook/cluster-exit-barrier/probe.py $args 2>&1)
+    notebook/synccheck-on-16-cta-clusters/probe.py $args 2>&1)
   rc=$?
   echo "$args: exit $rc | $(grep -E 'largest error|^plan' <<<"$out" | tr '\n' ' ')| $(grep -m1 'ERROR SUMMARY' <<<"$out")" \
     "$(grep -m1 -oE 'illegal memory access[^=]*|Error: [^=]*' <<<"$out")"
