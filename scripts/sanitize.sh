@@ -14,18 +14,37 @@ shift $(( $# > 0 ? 1 : 0 ))  # the rest go to the driver
 mkdir -p "$LOGS"
 status=0
 # The driver makes its inputs on the CPU and checks its outputs there, so the kernels it runs on the GPU are the
-# lab's, but for lab.linear_cross_entropy's matmuls (cuBLAS). racecheck and synccheck leave cuBLAS's Hopper kernels
-# (nvjet_*) out: racecheck reports hazards inside its split-K kernels, which are not the lab's to fix. initcheck
-# watches every kernel (a kernel it does not watch would leave what it writes looking uninitialized). The driver
-# learns which tool runs (SANITIZER_TOOL): initcheck skips the head's section, synccheck many clusters of 16 CTAs.
+# lab's, but for lab.linear_cross_entropy's matmuls (cuBLAS). synccheck leaves cuBLAS's Hopper kernels (nvjet_*) out.
+# racecheck watches them: left out of it, they made it fail on a hardware exception of its own at the head's
+# bfloat16 case; watched, it reports hazards inside their split-K kernels, which are not the lab's to fix. A racecheck
+# run passes when the driver ran to its end and every hazard it reports lies in nvjet kernels on both sides
+# (cublas_only). initcheck watches every kernel (a kernel it does not watch would leave what it writes looking
+# uninitialized). The driver learns which tool runs (SANITIZER_TOOL): initcheck skips the head's section, synccheck
+# many clusters of 16 CTAs.
+cublas_only() {  # LOG: racecheck's log shows hazards, each between two accesses in nvjet_* kernels, and nothing else
+  local log=$1 shown counted
+  grep -q "Target application returned an error" "$log" && return 1
+  shown=$(grep -cE "(Error|Warning): Race reported between" "$log")
+  counted=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" "$log" |
+    grep -oE "[0-9]+ (errors?|warnings?)" | awk '{n += $1} END {print n + 0}')
+  [ "$shown" -gt 0 ] && [ "$shown" -eq "$counted" ] || return 1
+  ! grep -A1 -E "Race reported between" "$log" | grep -oE "access at [^+ ]+" | grep -vq "access at nvjet_"
+}
 for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
   log="$LOGS/$tool.log"
-  filter=()
-  case "$tool" in racecheck|synccheck) filter=(--kernel-name-exclude kns=nvjet) ;; esac
-  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} SANITIZER_TOOL=$tool "$SAN" --tool "$tool" "${filter[@]}" \
+  options=()
+  case "$tool" in
+    racecheck) options=(--print-limit 100000) ;;
+    synccheck) options=(--kernel-name-exclude kns=nvjet) ;;
+  esac
+  PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} SANITIZER_TOOL=$tool "$SAN" --tool "$tool" "${options[@]}" \
     --error-exitcode 9 "$PY" scripts/sanitize_driver.py "$@" >"$log" 2>&1
   rc=$?
-  echo "compute-sanitizer --tool $tool (exit $rc): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+  summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+  if [ "$tool" = racecheck ] && [ "$rc" -ne 0 ] && cublas_only "$log"; then
+    rc=0 summary="0 hazards in the lab's kernels; $summary, every one inside cuBLAS's nvjet_* kernels"
+  fi
+  echo "compute-sanitizer --tool $tool (exit $rc): $summary"
   grep -E ": ran" "$log" | sed 's/^/  /'
   [ "$rc" -eq 0 ] || { status=1; grep -m 20 -E "=========" "$log"; }
 done

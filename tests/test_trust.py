@@ -135,3 +135,37 @@ def test_a_separate_sanitizer_run_is_merged_and_its_errors_count():
     dirty = trust.parse_sanitizers(text.replace("SUMMARY: 0 errors", "SUMMARY: 3 errors"))
     assert dirty["returncode"] == 1 and dirty["tools"]["memcheck"]["errors"] == 3
     assert trust.parse_sanitizers("nothing here")["returncode"] == 1
+
+
+RACE = ("========= Error: Race reported between Read access at {a}+0xaf0\n"
+        "=========     and Write access at {b}+0x2ee0 [156 hazards]\n=========\n")
+NVJET = "nvjet_sm90_tss_64x16_64x16_1x1_h_bz_splitK_NNT"
+
+
+def cublas_only(tmp_path, log: str) -> bool:
+    """scripts/sanitize.sh's cublas_only (its racecheck verdict) on a made-up racecheck log."""
+    path = tmp_path / "racecheck.log"
+    path.write_text(log)
+    script = ROOT / "scripts" / "sanitize.sh"
+    proc = subprocess.run(["bash", "-c", f'source <(sed -n "/^cublas_only() {{/,/^}}/p" "{script}"); '
+                           f'cublas_only "{path}"'], capture_output=True, text=True)
+    assert proc.stderr == "", proc.stderr
+    return proc.returncode == 0
+
+
+def test_racecheck_passes_hazards_only_inside_cublas_and_nothing_else(tmp_path):
+    summary = "========= RACECHECK SUMMARY: {n} hazards displayed ({n} errors, 0 warnings)\n"
+    cublas = RACE.format(a=NVJET, b=NVJET) * 2
+    assert cublas_only(tmp_path, cublas + "ran 6 cases\n" + summary.format(n=2))
+    lab_kernel = "void lab::<unnamed>::cluster_rows_kernel<float, (int)128>(const float *)"
+    assert not cublas_only(tmp_path, cublas + RACE.format(a=NVJET, b=lab_kernel) + summary.format(n=3))
+    assert not cublas_only(tmp_path, cublas + summary.format(n=3))  # a counted error not shown as a race
+    assert not cublas_only(tmp_path, "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware "
+                           "exception.\n========= Target application returned an error\n" + summary.format(n=1))
+    assert not cublas_only(tmp_path, cublas + "========= Target application returned an error\n"
+                           + summary.format(n=2))
+    assert not cublas_only(tmp_path, summary.format(n=0))  # nothing to excuse: sanitize.sh only asks after a failure
+    line = ("compute-sanitizer --tool racecheck (exit 0): 0 hazards in the lab's kernels; ========= RACECHECK SUMMARY: "
+            "12 hazards displayed (12 errors, 0 warnings), every one inside cuBLAS's nvjet_* kernels\n")
+    assert trust.parse_sanitizers(line) == {"returncode": 0, "tools": {"racecheck": {
+        "exit": 0, "summary": line.split(": ", 1)[1].strip(), "errors": 0}}}
