@@ -87,7 +87,8 @@ tests() {
 sanitize() {
   { rc=0
     echo "== compute-sanitizer"; bash scripts/sanitize.sh build/sanitizer || rc=1
-    cat build/sanitizer/{memcheck,racecheck,synccheck,initcheck}.log >"$OUT/sanitizer.log"
+    for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do cat "build/sanitizer/$tool.log"; done \
+      >"$OUT/sanitizer.log"  # the logs of the tools run (TOOLS, as sanitize.sh reads it)
     exit $rc
   } 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
