@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The probes of this folder under one compute-sanitizer tool (TOOL, default synccheck), one process each, on the
 # built lab._C: softmax's cluster kernel (the table's plan, and through the tuning op one cluster per row), the
-# backward's and the cross-entropy's, each on 16 rows and on 2. Run from the repository root on a GPU machine.
+# backward's and the cross-entropy's, on 16 rows (softmax's plan and the cross-entropy also on 2). Run from the
+# repository root on a GPU machine.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

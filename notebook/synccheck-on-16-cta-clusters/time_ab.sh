@@ -2,7 +2,7 @@
 # A/B/A/B timing of the builds carried in .labso (a.so.xz: no cluster barrier at exit; cur.so.xz: the candidate
 # with one), each unpacked in turn into lab/, on the launches of one cluster per row where a barrier at exit
 # could cost (every CTA does one row): softmax's forward and backward cluster kernels and the cross-entropy's.
-# Run from the repository root on a GPU machine; writes $OUT/time_<build>_<round>.txt.
+# Run from the repository root on a GPU machine; writes $OUT/time_<build>_<round>.txt, and leaves cur in lab/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
