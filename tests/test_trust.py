@@ -165,6 +165,13 @@ def test_racecheck_passes_hazards_only_inside_cublas_and_nothing_else(tmp_path):
     assert not cublas_only(tmp_path, cublas + "========= Target application returned an error\n"
                            + summary.format(n=2))
     assert not cublas_only(tmp_path, summary.format(n=0))  # nothing to excuse: sanitize.sh only asks after a failure
+    assert not cublas_only(tmp_path, cublas + "========= Internal Sanitizer Error: The Sanitizer failed to handle a "
+                           "hardware exception.\n" + summary.format(n=2))
+    one_sided = cublas.replace(f"and Write access at {NVJET}", "and a write elsewhere")  # a format it cannot read
+    assert not cublas_only(tmp_path, one_sided + summary.format(n=2))
+    # A run with --print-limit 3: 12 errors counted, 3 displayed (inside cuBLAS), 9 not shown to excuse.
+    assert not cublas_only(tmp_path, RACE.format(a=NVJET, b=NVJET) * 3
+                           + "========= RACECHECK SUMMARY: 3 hazards displayed (12 errors, 0 warnings)\n")
     line = ("compute-sanitizer --tool racecheck (exit 0): 0 hazards in the lab's kernels; ========= RACECHECK SUMMARY: "
             "12 hazards displayed (12 errors, 0 warnings), every one inside cuBLAS's nvjet_* kernels\n")
     assert trust.parse_sanitizers(line) == {"returncode": 0, "tools": {"racecheck": {

@@ -13,7 +13,7 @@ for mode in 0 1 2; do
       echo "bare: $("$bin" $mode $c $rows 2>&1)"
       for tool in ${TOOLS:-synccheck}; do
         out=$("$SAN" --tool "$tool" --error-exitcode 9 "$bin" $mode $c $rows 2>&1)
-        echo "  $tool (exit $?): $(grep -m1 '^mode' <<<"$out") | $(grep -m1 'ERROR SUMMARY' <<<"$out")"
+        echo "  $tool (exit $?): $(grep -m1 '^mode' <<<"$out") | $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' <<<"$out")"
       done
     done
   done

@@ -36,8 +36,8 @@
 # csrc, `xz -c lab/_C.abi3.so >.labso/cur.so.xz`, carried (the device tool's carry) and unpacked in its place;
 # CARRIED_SO=here: the one an earlier call on the same warm machine unpacked (ignored files stay between calls).
 # Outputs go to $OUT (the device tool's folder) or build/remote: the lab's results folder $OUT/results,
-# the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the three
-# tools' full output); $OUT/results is packed as results.tgz (the device tool returns 8 files at most).
+# the lab's log lab.txt, checks.txt (build, tests, sanitizer summary) and sanitizer.log (the full
+# output of the tools run, TOOLS); $OUT/results is packed as results.tgz (the device tool returns 8 files at most).
 # Unpack them and copy each folder to results/<gpu>/ (results/<gpu>/<operator>/, results/<gpu>/trust/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
