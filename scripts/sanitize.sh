@@ -18,9 +18,9 @@ status=0
 # racecheck watches them: with them left out it stopped at the head's bfloat16 case on "Internal Sanitizer Error: The
 # Sanitizer failed to handle a hardware exception"; watched, it reports hazards inside their split-K kernels, which
 # are not the lab's to fix. A racecheck run passes when the driver ran to its end and every hazard it counted is
-# displayed and lies in nvjet kernels on both sides (cublas_only). initcheck watches every kernel (a kernel it does not watch would leave what it writes looking
-# uninitialized). The driver learns which tool runs (SANITIZER_TOOL): initcheck skips the head's section, synccheck
-# many clusters of 16 CTAs.
+# displayed and lies in nvjet kernels on both sides (cublas_only). initcheck watches every kernel (a kernel it does
+# not watch would leave what it writes looking uninitialized). The driver learns which tool runs (SANITIZER_TOOL):
+# initcheck skips the head's section, synccheck many clusters of 16 CTAs.
 cublas_only() {  # LOG: racecheck's log shows every hazard it counted, each between two accesses in nvjet_* kernels,
   # and no other error; the driver ran to its end
   local log=$1 shown displayed counted sides
