@@ -116,8 +116,15 @@ wanted = args.op or OPS
 # of 16 and of 64 clusters of 16 CTAs (2 run clean; 3 to 15 were not measured): so it does on the lab's cluster
 # kernels and on a program of a few lines whose CTAs only exchange a float through distributed shared memory (plain
 # stores and a cluster barrier, or st.async), which runs right bare and under racecheck
-# (notebook/synccheck-on-16-cta-clusters). Under synccheck the sections below launch 16-CTA clusters on 2 rows at most.
+# (notebook/synccheck-on-16-cta-clusters). Under synccheck the sections below launch 16-CTA clusters on SYNCCHECK_ROWS
+# rows at most.
 TOOL = os.environ.get("SANITIZER_TOOL")
+SYNCCHECK_ROWS = 2  # the most rows (one cluster each) a launch of 16-CTA clusters gets under synccheck
+
+
+def synccheck_limits(cluster: int) -> bool:
+    """Whether a plan's launch of clusters of this size is held to SYNCCHECK_ROWS rows (under synccheck, 16 CTAs)."""
+    return TOOL == "synccheck" and cluster == 16
 
 
 def run_checked(op, label: str, fn, shape: Shape, dtype: torch.dtype) -> None:
@@ -205,7 +212,7 @@ if "cross_entropy" in wanted and only("cuda.cluster") and hasattr(torch.ops.lab,
 # see what cuBLAS's Hopper kernels store, so every read of a matmul's output, PyTorch's own copy kernel's too, looks
 # uninitialized to it (notebook/sanitizers-on-the-head); the cluster kernel's reads are initcheck's in the sections
 # above, on copied logits.
-# Under synccheck the chunks are of 2 tokens (a chunk's rows are launched as one cluster each).
+# Under synccheck the chunks are of SYNCCHECK_ROWS tokens (a chunk's rows are launched as one cluster each).
 if TOOL == "initcheck" and "linear_cross_entropy" in wanted:
     print("linear_cross_entropy: not run under initcheck (it does not see cuBLAS's stores)", flush=True)
 if ("linear_cross_entropy" in wanted and TOOL != "initcheck" and only("cuda.cluster")
@@ -214,7 +221,7 @@ if ("linear_cross_entropy" in wanted and TOOL != "initcheck" and only("cuda.clus
     from lab.operators.linear_cross_entropy import train_step
 
     op = operators.get("linear_cross_entropy")
-    chunk_tokens = 2 if TOOL == "synccheck" else 16
+    chunk_tokens = SYNCCHECK_ROWS if TOOL == "synccheck" else 16
     kernel = train_step(lambda *case: lab_head(*case, chunk_tokens=chunk_tokens))
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -245,7 +252,7 @@ if "softmax" in wanted and only("cuda.register_cached"):
 # reach: at each row length where the plan for 4096 rows differs from the plan for few, that launch (its shape, cluster
 # and grid, through the tuning op) on 64 rows of it, and 1024 rows through the variant where the plan for 1024 rows
 # differs too (more rows cost the CPU's float64 reference and the sanitizers' slowdown, not coverage: the kernel is
-# the same). Under synccheck a plan of 16 CTAs a row runs on 2 rows, and not through the variant (see TOOL).
+# the same). Under synccheck a plan of 16 CTAs a row runs on SYNCCHECK_ROWS rows, and not through the variant.
 if "softmax" in wanted and only("cuda.cluster"):
     op = operators.get("softmax")
     ran = 0
@@ -256,9 +263,9 @@ if "softmax" in wanted and only("cuda.cluster"):
                 continue
             run_checked(op, f"cluster many rows {many}",
                         lambda t, p=many: torch.ops.lab_tune.cluster(t, p[0], p[1], bool(p[2]), p[3], p[4]),
-                        Shape(2 if TOOL == "synccheck" and many[1] == 16 else 64, n), dtype)
+                        Shape(SYNCCHECK_ROWS if synccheck_limits(many[1]) else 64, n), dtype)
             ran += 1
-            if some != few and not (TOOL == "synccheck" and some[1] == 16):
+            if some != few and not synccheck_limits(some[1]):
                 run_checked(op, "cluster 1024 rows", torch.ops.lab.cluster, Shape(1024, n), dtype)
                 ran += 1
     print(f"softmax cluster entries for many rows: ran {ran} shape and dtype cases", flush=True)

@@ -172,8 +172,14 @@ def framework_result(x, weight, target, bias=None, options: CrossEntropyOptions 
     dbias summed in float32 over the chunks and rounded once. The bar takes the larger of their errors: where dlogits
     are float16 subnormals, either recipe can land twice as close as the other by chance (the GPU fuzz's case 181,
     where torch.eager's own result missed the bar that the first recipe alone set)."""
-    return [head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32, upcast=upcast)
-            for upcast in (False, True)]
+    return pytorch_recipes(x, weight, target, bias, options, with_grad=True)
+
+
+def pytorch_recipes(x, weight, target, bias, options: CrossEntropyOptions, with_grad: bool) -> list[tuple]:
+    """head_loss_and_grads in the inputs' dtype (dweight, dbias and the loss summed in float32) by PyTorch's two
+    recipes: cross-entropy in that dtype, and on the logits upcast to float32."""
+    return [head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32, with_grad=with_grad,
+                                upcast=upcast) for upcast in (False, True)]
 
 
 def error_scale(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT, with_grad: bool = True
@@ -389,8 +395,7 @@ def loss_reference(x, weight, target, bias=None, options: CrossEntropyOptions = 
 def loss_framework_result(x, weight, target, bias=None, options: CrossEntropyOptions = DEFAULT
                           ) -> list[tuple[torch.Tensor]]:
     """PyTorch's own loss in the inputs' dtype by its two recipes (framework_result's, without the gradients)."""
-    return [head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32, with_grad=False,
-                                upcast=upcast) for upcast in (False, True)]
+    return pytorch_recipes(x, weight, target, bias, options, with_grad=False)
 
 
 # The forward alone, as evaluation computes it: the same inputs, cases and sweeps; one matmul's FLOP, and that matmul
