@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The three device calls of this folder's runs (H200; the build carried as .labso/cur.so.xz), as one script: each
+# part ran as one call, the tools side by side on the one GPU, each stopped by SIGINT at its limit.
+# Usage, from the repository root on the GPU machine: bash notebook/racecheck-synccheck-over-the-driver/runs.sh 1|2|3
+set -uo pipefail
+source scripts/remote/device_call.sh
+begin_call >/dev/null
+r() {  # TOOL NAME LIMIT DRIVER-ARGS...: scripts/sanitize.sh under TOOL, its output in $OUT/NAME.txt, logs in $OUT/NAME/
+  TOOLS=$1 timeout -s INT "$3" bash scripts/sanitize.sh "$OUT/$2" "${@:4}" >"$OUT/$2.txt" 2>&1
+  echo "exit $?" >>"$OUT/$2.txt"
+}
+case "${1:?1, 2 or 3}" in
+  1)  # the whole driver
+    r racecheck r 570 & r synccheck s 570 & wait ;;
+  2)  # what call 1's racecheck did not reach, but the tuning shapes; the tuning shapes
+    ( r racecheck rc 300 --op softmax --variant cuda.cluster; r racecheck rt 300 --op softmax --variant cuda.tiled_rows ) &
+    r racecheck rtune 300 --tuning-shapes-only & r synccheck stune 300 --tuning-shapes-only & wait ;;
+  3)  # the tuning shapes in parts: softmax_backward's, and softmax's cluster shapes (every label of cluster_shapes())
+    labels=$(python -c "from lab.backends.cuda_variants import cluster_shapes
+print(' '.join('--tuning-label ' + c.label() for c in cluster_shapes()))")
+    # shellcheck disable=SC2086
+    { r racecheck rb 300 --op softmax_backward --tuning-shapes-only & r synccheck sb 300 --op softmax_backward --tuning-shapes-only &
+      r racecheck rcl 300 --op softmax --tuning-shapes-only $labels & r synccheck scl 300 --op softmax --tuning-shapes-only $labels &
+      wait; } ;;
+esac
