@@ -1,8 +1,9 @@
 # The steps a device call repeats, as shell functions: `source scripts/remote/device_call.sh` at the top of a
 # call script run from the repository root on the GPU machine (the device tool's working copy), then call the ones
-# it needs. The peers (QuACK, Liger) come staged in three folders that a call carries one or two at a time, since
-# one call carries at most 64 MiB: .peersA and .peersB (the two parts of the CuTe DSL's compiler library), .peers2
-# (the wheels and the rest, with its install.sh); every part is kept in /tmp/peers until the call that installs them.
+# it needs. The peers (QuACK, Liger) come staged in three folders that a call carries one at a time, since one
+# call carries at most 64 MiB, the working tree included: .peersA and .peersB (the two parts of the CuTe DSL's
+# compiler library), .peers2 (the wheels and the rest, with its install.sh); every part is kept in /tmp/peers until
+# the call that installs them.
 # The build comes carried as .labso/cur.so.xz (xz -T2 -c lab/_C.abi3.so > .labso/cur.so.xz here).
 # A new checkout has none of these folders: after staging the peers (which writes .peers1/ir.so.xz and
 # .peers2/), split the library in two here with `mkdir -p .peersA .peersB && split -n 2 .peers1/ir.so.xz /tmp/irpart.
