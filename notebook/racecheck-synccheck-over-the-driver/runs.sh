@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The three device calls of this folder's runs (H200; the build carried as .labso/cur.so.xz), as one script: each
 # part ran as one call, the tools side by side on the one GPU, each stopped by SIGINT at its limit.
-# Usage, from the repository root on the GPU machine: bash notebook/racecheck-synccheck-over-the-driver/runs.sh 1|2|3
+# Usage, from the repository root on the GPU machine: bash notebook/racecheck-synccheck-over-the-driver/runs.sh 1|2|3|4
+# (4, not run yet: what is left, softmax's register_cached tuning shapes, in PARTS parts a tool side by side)
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -9,7 +10,7 @@ r() {  # TOOL NAME LIMIT DRIVER-ARGS...: scripts/sanitize.sh under TOOL, its out
   TOOLS=$1 timeout -s INT "$3" bash scripts/sanitize.sh "$OUT/$2" "${@:4}" >"$OUT/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/$2.txt"
 }
-case "${1:?1, 2 or 3}" in
+case "${1:?1, 2, 3 or 4}" in
   1)  # the whole driver
     r racecheck r 570 & r synccheck s 570 & wait ;;
   2)  # what call 1's racecheck did not reach, but the tuning shapes; the tuning shapes
@@ -22,4 +23,20 @@ print(' '.join('--tuning-label ' + c.label() for c in cluster_shapes()))")
     { r racecheck rb 300 --op softmax_backward --tuning-shapes-only & r synccheck sb 300 --op softmax_backward --tuning-shapes-only &
       r racecheck rcl 300 --op softmax --tuning-shapes-only $labels & r synccheck scl 300 --op softmax --tuning-shapes-only $labels &
       wait; } ;;
+  4)  # softmax's register_cached tuning shapes, their labels dealt into PARTS parts (default 6), each part under
+    # both tools, side by side (2 CPU threads a process: the checks run on the CPU in float64)
+    parts=${PARTS:-6}
+    for g in $(seq 0 $((parts - 1))); do
+      part=$(python -c "import torch
+from lab.backends.cuda_variants import register_cached_shapes
+labels = sorted({s.label() for d in (torch.float32, torch.bfloat16, torch.float16) for s in register_cached_shapes(d)})
+print(' '.join('--tuning-label ' + x for x in labels[$g::$parts]))")
+      # shellcheck disable=SC2086
+      OMP_NUM_THREADS=2 r racecheck "rrc$g" 560 --op softmax --tuning-shapes-only $part &
+      # shellcheck disable=SC2086
+      OMP_NUM_THREADS=2 r synccheck "src$g" 560 --op softmax --tuning-shapes-only $part &
+    done
+    wait ;;
 esac
+# The device tool brings back 8 files at most: every output in one archive.
+cd "$OUT" && tar -cJf sanitizers.tar.xz --remove-files ./*.txt ./*/
