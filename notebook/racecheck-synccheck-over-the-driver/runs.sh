@@ -13,7 +13,8 @@ r() {  # TOOL NAME LIMIT DRIVER-ARGS...: scripts/sanitize.sh under TOOL, its out
 case "${1:?1, 2, 3 or 4}" in
   1)  # the whole driver
     r racecheck r 570 & r synccheck s 570 & wait ;;
-  2)  # what call 1's racecheck did not reach, but the tuning shapes; the tuning shapes
+  2)  # what call 1's racecheck did not reach, but the tuning shapes (rc, then rt: both ended well within the 600 s
+      # they could take together); the tuning shapes
     ( r racecheck rc 300 --op softmax --variant cuda.cluster; r racecheck rt 300 --op softmax --variant cuda.tiled_rows ) &
     r racecheck rtune 300 --tuning-shapes-only & r synccheck stune 300 --tuning-shapes-only & wait ;;
   3)  # the tuning shapes in parts: softmax_backward's, and softmax's cluster shapes (every label of cluster_shapes())
@@ -24,19 +25,21 @@ print(' '.join('--tuning-label ' + c.label() for c in cluster_shapes()))")
       r racecheck rcl 300 --op softmax --tuning-shapes-only $labels & r synccheck scl 300 --op softmax --tuning-shapes-only $labels &
       wait; } ;;
   4)  # softmax's register_cached tuning shapes, their labels dealt into PARTS parts (default 6), each part under
-    # both tools, side by side (2 CPU threads a process: the checks run on the CPU in float64)
-    parts=${PARTS:-6}
-    for g in $(seq 0 $((parts - 1))); do
-      part=$(python -c "import torch
+    # both tools, side by side (2 CPU threads a process: the checks run on the CPU in float64); every part's labels
+    # are listed before any starts, so that all start together
+    mapfile -t parts < <(python -c "import torch
 from lab.backends.cuda_variants import register_cached_shapes
 labels = sorted({s.label() for d in (torch.float32, torch.bfloat16, torch.float16) for s in register_cached_shapes(d)})
-print(' '.join('--tuning-label ' + x for x in labels[$g::$parts]))")
+for g in range(${PARTS:-6}):
+    print(' '.join('--tuning-label ' + x for x in labels[g::${PARTS:-6}]))")
+    for g in "${!parts[@]}"; do
       # shellcheck disable=SC2086
-      OMP_NUM_THREADS=2 r racecheck "rrc$g" 560 --op softmax --tuning-shapes-only $part &
+      OMP_NUM_THREADS=2 r racecheck "rrc$g" 540 --op softmax --tuning-shapes-only ${parts[$g]} &
       # shellcheck disable=SC2086
-      OMP_NUM_THREADS=2 r synccheck "src$g" 560 --op softmax --tuning-shapes-only $part &
+      OMP_NUM_THREADS=2 r synccheck "src$g" 540 --op softmax --tuning-shapes-only ${parts[$g]} &
     done
     wait ;;
+  *) echo "runs.sh: 1, 2, 3 or 4, not $1"; exit 2 ;;
 esac
 # The device tool brings back 8 files at most: every output in one archive.
 cd "$OUT" && tar -cJf sanitizers.tar.xz --remove-files ./*.txt ./*/
