@@ -228,16 +228,17 @@ def test_cluster_shapes_and_plans():
 
 @needs_extension
 def test_decode_rows_take_entries_of_their_own_beyond_the_decode_sweeps_rows():
-    """The 16-bit table's entries for a few rows of a vocabulary (kFewRows in csrc/softmax/cluster.cu) hold at every
-    row count of the decode sweep (lab/inputs.py, DECODE_ROWS) and spread each row over at least as many CTAs as the
-    entry for more rows; 256000 switches back at 16 rows, as measured."""
+    """The tables' entries for a few rows of a vocabulary (kFewRows in csrc/softmax/cluster.cu) hold at every row
+    count of the decode sweep (lab/inputs.py, DECODE_ROWS) and spread each row over at least as many CTAs as the entry
+    for more rows; 16-bit 256000 and float32 151936 switch back at 16 rows, as measured."""
     from lab.inputs import DECODE_ROWS
 
     plan = torch.ops.lab_tune.cluster_plan
-    for n, last in ((128256, max(DECODE_ROWS)), (256000, 15)):
-        few, many = list(plan(n, torch.bfloat16, last)), list(plan(n, torch.bfloat16, 4096))
-        assert few == list(plan(n, torch.bfloat16, 1)) and few != many, (n, few, many)
-        assert few[1] >= many[1], (n, few, many)
+    for dtype, n, last in ((torch.bfloat16, 32000, max(DECODE_ROWS)), (torch.bfloat16, 128256, max(DECODE_ROWS)),
+                           (torch.bfloat16, 256000, 15), (torch.float32, 151936, 15)):
+        few, many = list(plan(n, dtype, last)), list(plan(n, dtype, 4096))
+        assert few == list(plan(n, dtype, 1)) and few != many, (n, dtype, few, many)
+        assert few[1] >= many[1], (n, dtype, few, many)
 
 
 @needs_extension

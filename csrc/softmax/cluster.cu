@@ -50,11 +50,15 @@ namespace {
 //   CTA's slice partly empty at shorter rows (float32 20480 over 8 CTAs of 256 x 16: 74% of a copy; over 5, full:
 //   97.1%), so such lengths get a shape filled on their cluster size.
 // - Decode-time rows (a few rows of a vocabulary, fewer than kFewRows): where the entry for many rows spreads each
-//   row over few CTAs, a few rows keep few SMs busy. Their entries spread each row wider, measured at 1, 8 and 64
-//   rows of 128256 and 256000 bfloat16 elements on the H200 (notebook/decode-rows/), among the shapes the
-//   cross-entropy kernel is compiled for (it takes these tables): 128256 over 16 CTAs of 128 x 64 packed and staged,
-//   1.12-1.17x the many-rows entry; 256000 over 16 CTAs of 256 x 64 packed and staged up to 15 rows (1.18x at 1 row,
-//   1.05x at 8; at 64 rows the staggered entry for many rows was 1.15x faster).
+//   row over few CTAs, a few rows keep few SMs busy. Their entries spread each row wider: every shape at 1 to 64
+//   rows of 32000, 128256 and 256000 bfloat16 elements and 1 to 32 of 151936 and 256000 float32 ones, one stretch
+//   each on the H200 (notebook/decode-rows/, percent of a copy against the entry for many rows at each row count):
+//   32000 over 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.06-1.15x the 4 packed CTAs;
+//   128256 over 16 CTAs of 128 x 64 held as floats, one row a CTA (one exponential an element), 1.02-1.07x the
+//   packed 128 x 64 at 1 to 4 rows and within 1.5% from 8, and 1.12-1.17x the 4 CTAs for many rows (an earlier
+//   run); 256000 over 16 CTAs of 256 x 64 packed and staged up to 15 rows (1.18x at 1 row, 1.05x at 8; at 16 to
+//   64 rows the staggered entry for many rows was faster; no shape was 3% faster at 1 to 8 rows); float32 151936
+//   over 16 CTAs of 256 x 64 up to 15 rows, 1.03-1.06x the 12 CTAs of 128 x 128 (0.86x at 16 rows).
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
 // The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
 // rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
@@ -81,7 +85,8 @@ constexpr PlanEntry kPlan32[] = {  // float32
     {98304, 16, 6, false, 0, {4, 500}},
     {114688, 16, 7, false, 0, {4, 500}},
     {131072, 16, 8, false, 0, {4, 500}},
-    {196608, 32, 12, false, 0, {6, 1000}},
+    {196608, 32, 12, false, 16, {6, 1000}},
+    {196608, 15, 16, false},
     {262144, 32, 16, false, 0, {6, 1000}},
     {524288, 17, 16, false},
 };
@@ -91,7 +96,8 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {16384, 18, 2, false},
     {24576, 18, 3, false},
     {28671, 26, 1, false},
-    {32767, 18, 4, false, 0, {4, 500}},
+    {32767, 18, 4, false, kFewRows, {4, 500}},
+    {32767, 1, 8, false},
     {32768, 21, 2, false, 1024, {4, 500}},
     {32768, 18, 4, false, 0, {4, 500}},
     {40960, 18, 5, false, 0, {4, 500}},
@@ -102,7 +108,7 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {65536, 18, 8, false, 0, {4, 500}},
     {98304, 31, 6, false, 0, {6, 1000}},
     {131072, 26, 4, false, kFewRows, {6, 1000}},
-    {131072, 33, 16, false},
+    {131072, 40, 16, false},
     {163840, 31, 10, false, 0, {6, 1000}},
     {262144, 31, 16, false, 16, {6, 1000}},
     {262144, 21, 16, false},

@@ -294,11 +294,12 @@ constexpr int kDataRegisters = PACKED ? ELEMS * static_cast<int>(sizeof(T)) / 4 
 // SM, as QuACK's kernel runs them). ptxas fits bfloat16's one-row shapes there without spilling, not float16's (8-16
 // bytes of spills at 80 registers): float16's keep the usual allowance of 40 besides the row data (85 registers,
 // two 256-thread CTAs an SM).
-// A staged LOSS kernel (cross-entropy) keeps 48 besides the row data: with 40, ptxas spilled 8 bytes in bfloat16's
-// 128 x 64 (one CTA fewer an SM: 6 of 128 threads at 80 registers).
+// A staged LOSS kernel (cross-entropy) keeps 48 besides the row data, a one-row one too: with 40, ptxas spilled 8 bytes
+// in bfloat16's 128 x 64 (one CTA fewer an SM: 6 of 128 threads at 80 registers); with 16, bfloat16's one-row 128 x 64
+// spilled (24 bytes stored, 48 loaded).
 template <int THREADS, int REGS, bool LEAN, bool ONE_ROW = false, bool LOSS = false>
 constexpr int kResidentMinBlocks =
-    std::max(1, 65536 / (THREADS * (REGS + (ONE_ROW ? 16 : LEAN ? 32 : LOSS ? 48 : 40))));
+    std::max(1, 65536 / (THREADS * (REGS + (ONE_ROW && !LOSS ? 16 : LEAN ? 32 : LOSS ? 48 : 40))));
 
 // PACKED (16-bit T only): the thread's fragment is the packs as loaded, kPackWords words each
 // (see the header comment); else ELEMS floats.
