@@ -222,7 +222,9 @@ def test_cluster_stagger_changes_no_result(dtype):
     bitwise the one of the same launch started at once, and right, on more rows than a wave holds."""
     cuda_variants.load_extension()
     staggered = 0
-    for n in sorted(set(cuda_variants.cluster_thresholds(dtype)) | {262144}):
+    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    # each entry's longest row of whole packs (an odd end's contiguous rows would be shifted rows, their own table's)
+    for n in sorted({e - e % pack for e in cuda_variants.cluster_thresholds(dtype)} | {262144}):
         rows = max(64, 2**25 // n)  # 128 rows of 262144: more than the 35 clusters of 16 resident at once
         shape, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(n, dtype, rows)
         if shape < 0 or groups == 1 or step_ns == 0:
@@ -424,17 +426,19 @@ def test_cluster_float_direct_shapes_special_rows(index, dtype):
 
 @pytest.mark.parametrize("n", [8193, 16383, 40001, 65535, 100003])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cluster_packed_partial_last_pack_through_out(n, dtype):
-    """Odd N on kPlan16's packed entries: with rows of x and out padded to 16-byte strides the launch stays
-    resident and aligned, and the last pack is partial (the packed tail code of aligned rows; an odd-N
-    contiguous out takes the shifted rows, below). Irregular rows, a -inf tail, a NaN last element."""
+def test_cluster_16bit_partial_last_pack_through_out(n, dtype):
+    """Odd N on kPlan16's entries for a few rows (packed, and at 100003 one row a CTA held as floats): with rows of x
+    and out padded to 16-byte strides the launch stays resident and aligned, and the last pack is partial (the tail
+    code of aligned rows; an odd-N contiguous out takes the shifted rows, below). Irregular rows, a -inf tail, a NaN
+    last element."""
     stride = (n + 7) // 8 * 8 + 8
     x = inputs.make_input(Shape(3, n, stride), dtype, "cuda")
     x[1, n // 2:] = -math.inf
     x[2, -1] = math.nan
     out = torch.full((3, stride), math.nan, dtype=dtype, device="cuda")[:, :n]
     shape, *_ = torch.ops.lab_tune.cluster_plan(n, dtype)
-    assert shape >= 0 and CLUSTER_SHAPES[shape].packed, f"N={n}: kPlan16 no longer takes a packed shape here"
+    assert shape >= 0 and (CLUSTER_SHAPES[shape].packed or n == 100003), f"N={n}: kPlan16 takes no packed shape here"
+    assert n != 100003 or CLUSTER_SHAPES[shape].one_row, f"N={n}: kPlan16 takes no one-row shape here"
     torch.ops.lab.cluster.out(x, out=out)
     res = check.compare(out, SOFTMAX.reference(x), dtype, ["irregular", "-inf tail", "NaN last"])
     assert res.ok, f"N={n} {dtype_name(dtype)}: {res.summary()}"
