@@ -243,9 +243,10 @@ def test_cluster_stagger_changes_no_result(dtype):
 def test_cluster_plan_for_many_rows(dtype):
     """Where the launch table has an entry for many rows (min_rows in cluster.cu), that entry runs: at
     each row length the plan changes with the rows, the plan changes once, at a power of two of rows, and
-    4096 rows of it run that entry (bitwise against the tuned op with the same shape and cluster), at the
-    entry's longest row or, where that row is not whole 16-byte packs (a contiguous input's rows would be shifted
-    rows, which their own table takes), at the longest that is."""
+    4096 rows of it run that entry (bitwise against the tuned op with the same shape and cluster), one row and one
+    fewer than its start the entry for fewer rows, each at the entry's longest row or, where that row is not whole
+    16-byte packs (a contiguous input's rows would be shifted rows, which their own table takes), at the longest
+    that is."""
     cuda_variants.load_extension()
     checked = 0
     for n in cuda_variants.cluster_thresholds(dtype):
@@ -258,12 +259,13 @@ def test_cluster_plan_for_many_rows(dtype):
         assert start & (start - 1) == 0, f"N={n}: the entry for many rows starts at {start} rows, not a power of two"
         assert all(plan == (many if rows >= start else few) for rows, plan in plans.items()), (n, start)
         aligned = n - n % (16 // torch.empty((), dtype=dtype).element_size())
-        assert list(torch.ops.lab_tune.cluster_plan(aligned, dtype, 4096)) == many, (n, aligned)
-        x = inputs.make_input(Shape(4096, aligned), dtype, "cuda")
-        y = torch.ops.lab.cluster(x)
-        assert torch.equal(y, torch.ops.lab_tune.cluster(x, many[0], many[1], bool(many[2]), many[3], many[4]))
-        res = check.compare(y, SOFTMAX.reference(x), dtype)
-        assert res.ok, f"4096x{aligned} {dtype_name(dtype)} plan {many}: {res.summary()}"
+        for rows, plan in ((4096, many), (1, few), (start - 1, few)):
+            assert list(torch.ops.lab_tune.cluster_plan(aligned, dtype, rows)) == plan, (n, aligned, rows)
+            x = inputs.make_input(Shape(rows, aligned), dtype, "cuda")
+            y = torch.ops.lab.cluster(x)
+            assert torch.equal(y, torch.ops.lab_tune.cluster(x, plan[0], plan[1], bool(plan[2]), plan[3], plan[4]))
+            res = check.compare(y, SOFTMAX.reference(x), dtype)
+            assert res.ok, f"{rows}x{aligned} {dtype_name(dtype)} plan {plan}: {res.summary()}"
         checked += 1
     if not checked:
         pytest.skip(f"cluster.cu's {dtype_name(dtype)} plan has no entry for many rows (min_rows)")
