@@ -52,14 +52,14 @@ namespace {
 // - Decode-time rows (a few rows of a vocabulary, fewer than kFewRows): where the entry for many rows spreads each
 //   row over few CTAs, a few rows keep few SMs busy. Their entries spread each row wider: every shape at 1 to 64
 //   rows of 32000, 128256 and 256000 bfloat16 elements and 1 to 32 of 151936 and 256000 float32 ones, one stretch
-//   each on the H200 (notebook/decode-rows/, percent of a copy against the entry for many rows at each row count):
-//   32000 over 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.06-1.15x the 4 packed CTAs;
-//   128256 over 16 CTAs of 128 x 64 held as floats, one row a CTA (one exponential an element), 1.02-1.07x the
-//   packed 128 x 64 at 1 to 4 rows and within 1.5% from 8, and 1.12-1.17x the 4 CTAs for many rows (an earlier
-//   run); 256000 over 16 CTAs of 256 x 64 packed and staged up to 31 rows (1.18x at 1 row, 1.05x at 8 in an
-//   earlier run; 1.11x at 16, level at 32, at 64 the staggered entry for many rows 1.12x faster; no shape was 3%
-//   faster at 1 to 8 rows); float32 151936 over 16 CTAs of 256 x 64 up to 15 rows, 1.03-1.06x the 12 CTAs of
-//   128 x 128 (0.86x at 16 rows).
+//   each on the H200 (notebook/decode-rows/; percent of a copy against the table's launch before, stagger included,
+//   at each row count): 32000 over 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.08-1.16x the 4
+//   packed CTAs; 128256 over 16 CTAs of 128 x 64 held as floats, one row a CTA (one exponential an element),
+//   1.01-1.07x the packed 128 x 64 at 1 to 4 rows, 0.98-1.03x from 8 (and 1.12-1.17x the 4 CTAs for many rows in
+//   an earlier run); 256000 over 16 CTAs of 256 x 64 packed and staged up to 31 rows (1.18x at 1 row, 1.05x at 8 in
+//   an earlier run; 1.11x at 16, level at 32, at 64 the staggered entry for many rows 1.12x faster; no shape was 3%
+//   faster at 1 to 8 rows); float32 151936 over 16 CTAs of 256 x 64 up to 15 rows, 1.03-1.05x the 12 CTAs of
+//   128 x 128 (0.88x at 16 rows).
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
 // The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
 // rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
