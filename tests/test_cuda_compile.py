@@ -234,11 +234,14 @@ def test_decode_rows_take_entries_of_their_own_beyond_the_decode_sweeps_rows():
     from lab.inputs import DECODE_ROWS
 
     plan = torch.ops.lab_tune.cluster_plan
-    for dtype, n, last in ((torch.bfloat16, 32000, max(DECODE_ROWS)), (torch.bfloat16, 128256, max(DECODE_ROWS)),
-                           (torch.bfloat16, 256000, 31), (torch.float32, 151936, 15)):
+    # (dtype, N, the most rows the entry for few rows takes, whether the entry for many rows starts at the next)
+    for dtype, n, last, switches in ((torch.bfloat16, 32000, max(DECODE_ROWS), False),
+                                     (torch.bfloat16, 128256, max(DECODE_ROWS), False),
+                                     (torch.bfloat16, 256000, 31, True), (torch.float32, 151936, 15, True)):
         few, many = list(plan(n, dtype, last)), list(plan(n, dtype, 4096))
         assert few == list(plan(n, dtype, 1)) and few != many, (n, dtype, few, many)
         assert few[1] >= many[1], (n, dtype, few, many)
+        assert not switches or list(plan(n, dtype, last + 1)) == many, (n, dtype, last)
 
 
 @needs_extension
