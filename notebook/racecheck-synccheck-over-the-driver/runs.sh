@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The three device calls of this folder's runs (H200; the build carried as .labso/cur.so.xz), as one script: each
-# part ran as one call, the tools side by side on the one GPU, each stopped by SIGINT at its limit.
+# The device calls of this folder's runs (H200; the build carried as .labso/cur.so.xz), as one script: parts 1 to 3
+# ran as one call each, the tools side by side on the one GPU, each stopped by SIGINT at its limit; parts 4 and 5
+# side by side in one call on a machine of four GPUs (GPUS="2 3" for 4, CUDA_VISIBLE_DEVICES=1 for 5).
 # Usage, from the repository root on the GPU machine: bash notebook/racecheck-synccheck-over-the-driver/runs.sh 1|2|3|4|5
 # (4: softmax's register_cached tuning shapes, in PARTS parts a tool side by side; 5: racecheck over the whole driver
 # but the tuning shapes, alone, to its end, so that cublas_only judges its log). GPUS="1 2" deals the processes over
