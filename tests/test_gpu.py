@@ -27,6 +27,11 @@ CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
 BIG = [(32769, 65536), (2097153, 1024), (8388609, 256)]
 
 
+def pack_of(dtype: torch.dtype) -> int:
+    """Elements of `dtype` in a 16-byte pack."""
+    return 16 // dtype.itemsize
+
+
 def variant_dtypes() -> list:
     return [pytest.param(v, d, id=f"{v.name}-{dtype_name(d)}") for v in GPU_VARIANTS for d in DTYPES]
 
@@ -222,7 +227,7 @@ def test_cluster_stagger_changes_no_result(dtype):
     bitwise the one of the same launch started at once, and right, on more rows than a wave holds."""
     cuda_variants.load_extension()
     staggered = 0
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_of(dtype)
     # each entry's longest row of whole packs (an odd end's contiguous rows would be shifted rows, their own table's)
     for n in sorted({e - e % pack for e in cuda_variants.cluster_thresholds(dtype)} | {262144}):
         rows = max(64, 2**25 // n)  # 128 rows of 262144: more than the 35 clusters of 16 resident at once
@@ -258,7 +263,7 @@ def test_cluster_plan_for_many_rows(dtype):
         start = min(rows for rows, plan in plans.items() if plan == many)
         assert start & (start - 1) == 0, f"N={n}: the entry for many rows starts at {start} rows, not a power of two"
         assert all(plan == (many if rows >= start else few) for rows, plan in plans.items()), (n, start)
-        aligned = n - n % (16 // torch.empty((), dtype=dtype).element_size())
+        aligned = n - n % pack_of(dtype)
         for rows, plan in ((4096, many), (1, few), (start - 1, few)):
             assert list(torch.ops.lab_tune.cluster_plan(aligned, dtype, rows)) == plan, (n, aligned, rows)
             x = inputs.make_input(Shape(rows, aligned), dtype, "cuda")
@@ -317,7 +322,7 @@ def _aligned(x: torch.Tensor) -> bool:
 
 def _fits(shape, n: int, dtype: torch.dtype, cluster: int) -> bool:
     """Whether a row of n elements split across `cluster` CTAs fits the shape (whole 16-byte packs)."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_of(dtype)
     return math.ceil(math.ceil(n / pack) / cluster) <= shape.threads * shape.elems // pack
 
 
@@ -334,7 +339,7 @@ def _resident_launch(shape, x: torch.Tensor, cluster: int) -> bool:
     n = x.shape[-1]
     if _aligned(x):
         return _fits(shape, n, x.dtype, cluster)
-    pack = 16 // x.element_size()
+    pack = pack_of(x.dtype)
     return _shiftable(x) and shape.stages == 0 and _fits(shape, n + pack - 1, x.dtype, cluster)
 
 
@@ -531,7 +536,7 @@ def test_auto_takes_short_ragged_rows_in_tiles(dtype, m, n, view, expected):
     the table's register_cached (its lean kernel for many aligned rows); the result against float64."""
     shape = Shape(m, n, n + 1 if view else None)
     x = inputs.make_input(shape, dtype, "cuda")
-    choice = torch.ops.lab_tune.auto_choice(m, n, dtype, n % (16 // x.element_size()) == 0)[0]
+    choice = torch.ops.lab_tune.auto_choice(m, n, dtype, n % pack_of(x.dtype) == 0)[0]
     if not view:
         assert choice == expected, f"auto_choice says {choice}"
     launched = [k for k in _launched_kernels(lambda: torch.ops.lab.softmax(x)) if "_kernel" in k]
@@ -710,7 +715,7 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
         names = _register_cached_launches(x, out)
         if out is not None:
             assert check.compare(out, SOFTMAX.reference(x), dtype).ok, f"{what} into an output off its boundaries"
-        pack = 16 // x.element_size()  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
+        pack = pack_of(x.dtype)  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
         ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
         if lean:
@@ -809,7 +814,7 @@ def test_register_cached_peeled_rows(n, dtype):
     as packs) and into one whose rows are off boundaries by other distances (written element by element). An
     aligned view one element into its buffer takes them too; rows of whole packs on boundaries take the kernel
     without the peel."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_of(dtype)
     for rows in (16, 3000):
         x, view = _odd_rows(rows, n, dtype)
         expected = _ragged_kernel(rows, n, dtype)
@@ -864,7 +869,7 @@ def test_register_cached_ragged_aligned_rows(n, dtype):
     """Rows that start on 16-byte boundaries but whose N is not a multiple of a pack (a view of the first N columns
     of a wider buffer): their tails go beside the packs too, on the PEELED kernel of the entry of their whole packs
     where it peels (2^k + 1: the entry of 2^k); checked against float64 with special values at the row ends."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_of(dtype)
     width = (n + pack - 1) // pack * pack + pack
     for rows in (16, 3000):
         t = inputs.make_input(Shape(rows, width), dtype, "cuda")[:, :n]
