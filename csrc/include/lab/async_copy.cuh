@@ -21,6 +21,13 @@ __device__ __forceinline__ void cp_async_16_partial(void* smem, const void* gmem
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
 }
+// 16 bytes from gmem to the shared-memory address `smem` where `pred`, nothing otherwise (no zero fill).
+__device__ __forceinline__ void cp_async_16_if(unsigned smem, const void* gmem, bool pred) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 16;\n}\n" ::"r"(smem),
+      "l"(gmem), "r"(static_cast<int>(pred))
+      : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most PENDING of this thread's committed groups are still in flight.
 template <int PENDING>

@@ -128,14 +128,38 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// What the exchange carries, per Rule: a State (8 bytes at most), the warp's state from its threads' (warp), two
-// states' merge (merge, identity), and the st.async that sends one into a peer's slot (send).
+// What the exchange carries, per Rule: a State (8 bytes at most), the warp's state from its threads' (warp), the
+// state of several (fold, identity), and the st.async that sends one into a peer's slot (send).
 // MaxSumRule: softmax's online (m, d). SumRule: a plain float sum (the backward's sum(dy * y) over the row).
 struct MaxSumRule {
   using State = MaxSum;
   __device__ __forceinline__ static MaxSum warp(MaxSum s) { return warp_state(s); }
   __device__ __forceinline__ static MaxSum identity() { return MaxSumMerge::identity(); }
-  __device__ __forceinline__ static MaxSum merge(MaxSum a, MaxSum b) { return MaxSumMerge{}(a, b); }
+  // The max first, then one exponential a state and no branch (a merge of two at a time took two exponentials and a
+  // branch each). Where the max is -inf every state holds only -inf (d = 0) or a NaN (d = NaN): shifted by 0,
+  // d * exp(-inf) adds 0 or NaN, as the states' sum would; a NaN d stays NaN in any row, as in MaxSumMerge.
+  // The states slots[first + i * step] for i < N where that index is below n (n >= 1; a lane may have none), read
+  // twice from shared memory rather than held between the passes (held, they spilled a one-row kernel). Past n a
+  // lane reads state 0 instead, which leaves the row's max as it is and is not added: no branch.
+  template <int N>
+  __device__ __forceinline__ static MaxSum fold(const volatile MaxSum* slots, int first, int step, int n) {
+    float m = -CUDART_INF_F;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int k = first + i * step;
+      m = fmaxf(m, slots[k < n ? k : 0].m);
+    }
+    const float shift = m == -CUDART_INF_F ? 0.0f : m;
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int k = first + i * step;
+      const int at = k < n ? k : 0;
+      const float term = slots[at].d * fast_exp(slots[at].m - shift);
+      d += k < n ? term : 0.0f;
+    }
+    return {m, d};
+  }
   __device__ __forceinline__ static void send(unsigned slot, unsigned peer_bar, MaxSum s) {
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(slot),
                  "f"(s.m), "f"(s.d), "r"(peer_bar)
@@ -146,7 +170,17 @@ struct SumRule {
   using State = float;
   __device__ __forceinline__ static float warp(float s) { return warp_allreduce(s, SumOp{}); }
   __device__ __forceinline__ static float identity() { return 0.0f; }
-  __device__ __forceinline__ static float merge(float a, float b) { return a + b; }
+  template <int N>
+  __device__ __forceinline__ static float fold(const volatile float* slots, int first, int step, int n) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int k = first + i * step;
+      const float term = slots[k < n ? k : 0];
+      sum += k < n ? term : 0.0f;
+    }
+    return sum;
+  }
   __device__ __forceinline__ static void send(unsigned slot, unsigned peer_bar, float s) {
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(slot),
                  "r"(__float_as_uint(s)), "r"(peer_bar)
@@ -180,6 +214,17 @@ __device__ __forceinline__ void exchange_arrive(ExchangeOf<State>& ex, int c) {
   // (the pattern CUTLASS uses for its cluster pipelines). A .release arrive made every thread wait for
   // a full memory barrier (ERRBAR), 12.6% of the stall samples of a launch of one cluster per row (ncu).
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+// This CTA's cluster in the grid (%clusterid.x) and the grid's clusters (%nclusterid.x), for a grid of clusters along x.
+__device__ __forceinline__ unsigned cluster_index() {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ unsigned cluster_count() {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(v));
+  return v;
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
@@ -227,15 +272,9 @@ __device__ __forceinline__ State exchange_row(State thread_state, ExchangeOf<Sta
         : "r"(bar), "r"(phase)
         : "memory");
   } while (!done);
-  // Each lane merges the states i = lane, lane + 32, ... of the WARPS x c received.
-  const int n = WARPS * c;
-  State s = Rule::identity();
-#pragma unroll
-  for (int i = 0; i < (kStates + kWarpSize - 1) / kWarpSize; ++i) {
-    const int k = lane + i * kWarpSize;
-    if (k < n) s = Rule::merge(s, ex.slots[parity][k]);
-  }
-  return Rule::warp(s);
+  // Each lane folds the states i = lane, lane + 32, ... of the WARPS x c received.
+  return Rule::warp(Rule::template fold<(kStates + kWarpSize - 1) / kWarpSize>(ex.slots[parity], lane, kWarpSize,
+                                                                                WARPS * c));
 }
 
 // After the row loop: a CTA that did no row still owes the cluster barrier its wait.
@@ -345,8 +384,11 @@ __global__ void __launch_bounds__(THREADS,
 
   cg::cluster_group cluster = cg::this_cluster();
   const int c = static_cast<int>(cluster.num_blocks());
-  const int64_t first_row = blockIdx.x / c;
-  const int64_t row_step = gridDim.x / c;
+  // The cluster's index and count from the cluster's own registers (a division by c took some 40 instructions before
+  // the first load; ncu), read by asm volatile: from __clusterIdx() and __clusterGridDimInClusters(), the same
+  // registers, ptxas spilled 4 bytes in float32's 128 x 128 kernels of shifted rows.
+  const int64_t first_row = cluster_index();
+  const int64_t row_step = cluster_count();
   stagger_start(stagger, first_row);
   const int row_packs = (cols + K - 1) / K;
   const int p0 = static_cast<int>(cluster.block_rank()) * slice_packs;  // this CTA's first pack
@@ -359,30 +401,30 @@ __global__ void __launch_bounds__(THREADS,
   const int held = p1 > p0 + tid ? min(PACKS, (p1 - p0 - tid + THREADS - 1) / THREADS) : 0;
   const int tail = cols % K;  // elements in the row's partial last pack, 0 if it is whole
   Pack<T>* const mine = staged + tid;
-  // The slots of packs past the row hold -inf for good (no copy ever lands there), so the loads
-  // below need no predicate: -inf leaves the max as it is and adds exp(-inf) = 0 to the sum.
-  Pack<T> minus_inf;
-#pragma unroll
-  for (int j = 0; j < K; ++j) minus_inf.v[j] = from_float<T>(-CUDART_INF_F);
-  for (int i = held; i < PACKS; ++i) {
-    for (int s = 0; s < STAGES; ++s) mine[(s * PACKS + i) * THREADS] = minus_inf;
-  }
   // The owner of a partial last pack sets its zero-filled tail to -inf after each copy lands.
   const int tail_k = tail != 0 && held > 0 && p0 + tid + (held - 1) * THREADS == row_packs - 1 ? held - 1 : -1;
+  const int whole = tail_k >= 0 ? held - 1 : held;  // this thread's packs [0, whole) are whole
 
+  // The row's packs into this thread's slots of `stage`: the whole ones by one predicated 16-byte copy each, from one
+  // base address and one shared-memory address plus constants; the partial last pack, where this thread has it, by
+  // one zero-filling copy after them. (One zero-filling form for every pack, its size chosen per pack, took about 19
+  // instructions a pack and delayed a one-row launch's last load by 168 instructions a warp; ncu.)
+  const unsigned my_slots = smem_u32(mine);
   const auto fetch = [&](int64_t row, int stage) {
     if constexpr (STAGES == 0) return;  // no staging: the row is loaded straight into registers
     if (row < rows) {
       const T* xr = x + row * x_stride + int64_t{p0 + tid} * K;
       // Re-read per row: per-pack predicates hoisted out of the row loop would each hold a register.
-      const int n = opaque(held), tk = opaque(tail_k);
+      const int n = opaque(whole);
+      const unsigned slots = my_slots + static_cast<unsigned>(stage * PACKS * THREADS * kVecBytes);
 #pragma unroll
       for (int k = 0; k < PACKS; ++k) {
-        if (k < n) {
-          // One form for every pack (a branch to the whole-pack form cost two float32 kernels 8 bytes of spills).
-          const int bytes = k == tk ? tail * static_cast<int>(sizeof(T)) : kVecBytes;
-          cp_async_16_partial(&mine[(stage * PACKS + k) * THREADS], xr + int64_t{k} * THREADS * K, bytes);
-        }
+        cp_async_16_if(slots + k * THREADS * kVecBytes, xr + int64_t{k} * THREADS * K, k < n);
+      }
+      const int tk = opaque(tail_k);
+      if (tk >= 0) {
+        cp_async_16_partial(&mine[(stage * PACKS + tk) * THREADS], xr + int64_t{tk} * THREADS * K,
+                            tail * static_cast<int>(sizeof(T)));
       }
     }
     cp_async_commit();  // one group per row, empty past the last row: the wait count stays uniform
@@ -465,6 +507,15 @@ __global__ void __launch_bounds__(THREADS,
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) fetch(first_row + s * row_step, s);
   exchange_arrive(ex, c);  // after the first rows' copies are issued: the barrier waits behind them
+  // The slots of packs past the row hold -inf for good (no copy ever lands there; filled after the first copies are
+  // issued, which they do not touch), so the reads of the slots need no predicate: -inf leaves the max as it is and
+  // adds exp(-inf) = 0 to the sum.
+  Pack<T> minus_inf;
+#pragma unroll
+  for (int j = 0; j < K; ++j) minus_inf.v[j] = from_float<T>(-CUDART_INF_F);
+  for (int i = held; i < PACKS; ++i) {
+    for (int s = 0; s < STAGES; ++s) mine[(s * PACKS + i) * THREADS] = minus_inf;
+  }
 
   int stage = 0;
   int row_index = 0;

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
+# README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
+# root: bash notebook/cluster-load-prologue/call.sh 1|2
+# 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
+#    four sanitizers over the cluster kernels of the build after (every operator's cuda.cluster sections, softmax's
+#    cluster tuning shapes, the backward's tuning shapes) and the GPU tests (scripts/remote/gpu.sh's list).
+# 2: the same with the GPU tests in three processes, one A/B round, then the decode rows' shapes timed
+#    (scripts/tune/tune_cluster.py) on GPU 0.
+set -uo pipefail
+source scripts/remote/device_call.sh
+begin_call >/dev/null
+mkdir -p /tmp/ab/old /tmp/ab/new
+for side in old new; do cp -r lab triton_kernels "/tmp/ab/$side/"; done
+xz -dc .labso/old.so.xz >/tmp/ab/old/lab/_C.abi3.so
+sha256sum /tmp/ab/*/lab/_C.abi3.so >"$OUT/ab_builds.txt"
+mv .labso /tmp/labso_aside  # the scripts below must not unpack it again while others load lab/
+
+ab() {  # ab ROUNDS: cuda.cluster at the decode points and a few of many rows, before and after, alternated
+  local dtype shapes
+  for round in $(seq "$1"); do
+    for side in old new; do
+      for dtype in bfloat16 float32 float16; do
+        case $dtype in
+          bfloat16) shapes="1x256000 2x256000 4x256000 8x256000 16x256000 32x256000 64x256000 1x128256 8x128256
+                      64x128256 1x32000 64x32000 1x151936 4096x32768 1024x131072 256x262144 4096x4096 8x50257
+                      2x16384 2x10240" ;;
+          float32) shapes="1x256000 8x256000 32x256000 8x151936 1x131072 1024x262144 4096x65536 4096x16384 4096x2048" ;;
+          float16) shapes="64x32000 8x128256 16x256000" ;;
+        esac
+        # shellcheck disable=SC2046
+        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=/tmp/ab/$side python scripts/interleave.py --variants cuda.cluster \
+          --dtype $dtype $(printf -- "--shape %s " $shapes) --rounds 5 2>&1 | grep -v "^W1" | sed "s/^/$side $round /"
+      done
+    done
+  done >"$OUT/ab.txt"
+}
+san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at 480 s
+  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT 480 bash scripts/sanitize.sh "$OUT/san/$2" \
+    "${@:4}" >"$OUT/san/$2.txt" 2>&1
+  echo "exit $?" >>"$OUT/san/$2.txt"
+}
+gpu_tests() {  # gpu_tests GPU NAME MODULES...
+  CUDA_VISIBLE_DEVICES=$1 timeout -s INT 480 python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
+    -k "not test_cli_runs" "${@:3}" >"$OUT/$2.txt" 2>&1
+  echo "exit $?" >>"$OUT/$2.txt"
+}
+mkdir -p "$OUT/san"
+labels=$(python -c "from lab.backends.cuda_variants import cluster_shapes
+print(' '.join('--tuning-label ' + c.label() for c in cluster_shapes()))")
+parts=("variant_softmax --op softmax --variant cuda.cluster --no-tuning-shapes"
+       "variant_others --op softmax_backward --op cross_entropy --op linear_cross_entropy --variant cuda.cluster --no-tuning-shapes"
+       "shapes_softmax --op softmax --tuning-shapes-only $labels"
+       "shapes_backward --op softmax_backward --tuning-shapes-only")
+k=0
+for tool in memcheck racecheck synccheck initcheck; do
+  for part in "${parts[@]}"; do
+    read -ra a <<<"$part"
+    san $((1 + k % 3)) "${tool}_${a[0]}" $tool "${a[@]:1}" &
+    k=$((k + 1))
+  done
+done
+eval "$(sed -n '/^GPU_TESTS=/,/"$/p' scripts/remote/gpu.sh)"  # the driver's list of test modules that use the GPU
+read -ra modules <<<"$(echo $GPU_TESTS)"
+case "${1:?1 or 2}" in
+  1) ab 2 &
+     gpu_tests 3 gpu_tests "${modules[@]}" ;;
+  2) { ab 1; shapes() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
+       # shellcheck disable=SC2046
+       CUDA_VISIBLE_DEVICES=0 timeout -s INT 200 python scripts/tune/tune_cluster.py --dtype bfloat16 \
+         --grid one-per-row $(shapes 256000) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1; } &
+     gpu_tests 1 gpu_tests_gpu tests/test_gpu.py &
+     gpu_tests 2 gpu_tests_operators tests/test_operators.py tests/test_properties.py &
+     gpu_tests 3 gpu_tests_rest $(printf '%s\n' "${modules[@]}" | grep -vE "test_(gpu|operators|properties)\.py") ;;
+  *) echo "call.sh: 1 or 2, not $1"; exit 2 ;;
+esac
+wait
+cd "$OUT" && tar -cJf outputs.tar.xz --remove-files ./san ./*.txt ./*.json 2>/dev/null
