@@ -6,7 +6,10 @@
 #    four sanitizers over the cluster kernels of the build after (every operator's cuda.cluster sections, softmax's
 #    cluster tuning shapes, the backward's tuning shapes) and the GPU tests (scripts/remote/gpu.sh's list).
 # 2: the same with the GPU tests in three processes, one A/B round, then the decode rows' shapes timed
-#    (scripts/tune/tune_cluster.py) on GPU 0.
+#    (scripts/tune/tune_cluster.py) on GPU 0. It ran past the call's limit, and only its first 8 files came back.
+# 3: the sanitizers alone, their 16 processes over the four GPUs, each stopped at SAN_LIMIT seconds (default 480).
+# 4: the four sanitizers over softmax's cuda.cluster sections alone, one GPU each (after mode 3 found the driver's
+#    section of the entries for many rows asking a plan for aligned rows of rows off 16-byte boundaries).
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -35,8 +38,8 @@ ab() {  # ab ROUNDS: cuda.cluster at the decode points and a few of many rows, b
     done
   done >"$OUT/ab.txt"
 }
-san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at 480 s
-  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT 480 bash scripts/sanitize.sh "$OUT/san/$2" \
+san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at SAN_LIMIT
+  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" bash scripts/sanitize.sh "$OUT/san/$2" \
     "${@:4}" >"$OUT/san/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
@@ -53,16 +56,19 @@ parts=("variant_softmax --op softmax --variant cuda.cluster --no-tuning-shapes"
        "shapes_softmax --op softmax --tuning-shapes-only $labels"
        "shapes_backward --op softmax_backward --tuning-shapes-only")
 k=0
+gpus=3 first=1  # GPUs 1 to 3; all four in modes 3 and 4
+[ "${1:-}" = 3 ] || [ "${1:-}" = 4 ] && gpus=4 first=0
+[ "${1:-}" = 4 ] && parts=("${parts[0]}")
 for tool in memcheck racecheck synccheck initcheck; do
   for part in "${parts[@]}"; do
     read -ra a <<<"$part"
-    san $((1 + k % 3)) "${tool}_${a[0]}" $tool "${a[@]:1}" &
+    san $((first + k % gpus)) "${tool}_${a[0]}" $tool "${a[@]:1}" &
     k=$((k + 1))
   done
 done
 eval "$(sed -n '/^GPU_TESTS=/,/"$/p' scripts/remote/gpu.sh)"  # the driver's list of test modules that use the GPU
 read -ra modules <<<"$(echo $GPU_TESTS)"
-case "${1:?1 or 2}" in
+case "${1:?1, 2, 3 or 4}" in
   1) ab 2 &
      gpu_tests 3 gpu_tests "${modules[@]}" ;;
   2) { ab 1; shapes() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
@@ -72,7 +78,8 @@ case "${1:?1 or 2}" in
      gpu_tests 1 gpu_tests_gpu tests/test_gpu.py &
      gpu_tests 2 gpu_tests_operators tests/test_operators.py tests/test_properties.py &
      gpu_tests 3 gpu_tests_rest $(printf '%s\n' "${modules[@]}" | grep -vE "test_(gpu|operators|properties)\.py") ;;
-  *) echo "call.sh: 1 or 2, not $1"; exit 2 ;;
+  3|4) ;;
+  *) echo "call.sh: 1, 2, 3 or 4, not $1"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf outputs.tar.xz --remove-files ./san ./*.txt ./*.json 2>/dev/null
