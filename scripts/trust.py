@@ -95,32 +95,27 @@ def citizenship(v: Variant) -> dict[str, dict]:
     # 64 rows of 1000, or of the longest row the variant takes where that is shorter (cuda.tiled_rows: 512)
     shape = Shape(64, min(1000, v.max_n or 1000))
     x = make_input(shape, torch.float32, "cuda", 3)
-    out: dict[str, dict] = {}
     torch._dynamo.reset()  # each variant compiles afresh (one code object for all would hit the recompile limit)
-    try:
-        compiled = torch.compile(lambda t: kernel(t), fullgraph=True)
-        out["torch.compile(fullgraph=True)"] = cell(agrees(compiled(x), x))
-    except Exception as e:  # the finding is the failure itself
-        out["torch.compile(fullgraph=True)"] = cell(False, failure(e))
-    try:
+
+    def graph() -> bool:
         static = x.clone()
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
             kernel(static)  # warm-up (compilation, allocation) outside the capture
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
             y = kernel(static)
         static.copy_(make_input(shape, torch.float32, "cuda", 4))
-        graph.replay()
+        g.replay()
         torch.cuda.synchronize()
-        out["CUDA graph capture and replay"] = cell(agrees(y, static))
-    except Exception as e:
-        out["CUDA graph capture and replay"] = cell(False, failure(e))
-    try:
-        out["non-default stream"] = cell(agrees(on_side_stream(lambda: kernel(x)), x))
-    except Exception as e:
-        out["non-default stream"] = cell(False, failure(e))
+        return agrees(y, static)
+
+    out = run_cells([
+        ("torch.compile(fullgraph=True)", lambda: agrees(torch.compile(lambda t: kernel(t), fullgraph=True)(x), x)),
+        ("CUDA graph capture and replay", graph),
+        ("non-default stream", lambda: agrees(on_side_stream(lambda: kernel(x)), x)),
+    ])
     if v.backend in DIFFERENTIABLE_OWN:
         cases = fuzz.backward_cases(v)
         failures = fuzz.compiled_backward_mismatches(v, cases)
@@ -134,12 +129,13 @@ def citizenship(v: Variant) -> dict[str, dict]:
         out[COMPILED_BACKWARD] = na("its autograd is its library's, not the lab's")
     if v.backend == "cuda":
         op = getattr(torch.ops.lab, cuda_variants.TORCH_OPS[v.key])
-        try:
+
+        def opcheck() -> bool:
             torch.library.opcheck(op.default, (x,))
             torch.library.opcheck(op.out, (x,), {"out": torch.empty_like(x)})
-            out["opcheck (.default and .out)"] = cell(True)
-        except Exception as e:
-            out["opcheck (.default and .out)"] = cell(False, failure(e))
+            return True
+
+        out |= run_cells([("opcheck (.default and .out)", opcheck)])
     else:
         out["opcheck (.default and .out)"] = na("not a torch.library op")
     runs = [kernel(x) for _ in range(3)]
