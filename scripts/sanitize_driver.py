@@ -117,9 +117,9 @@ wanted = args.op or OPS
 # kernels and on a program of a few lines whose CTAs only exchange a float through distributed shared memory (plain
 # stores and a cluster barrier, or st.async), which runs right bare and under racecheck
 # (notebook/synccheck-on-16-cta-clusters). It raised the same error on 64 clusters of 12 CTAs (float32 196608's entry
-# for many rows), which memcheck, racecheck and initcheck ran clean and which is right bare (notebook/
-# cluster-load-prologue; that program not yet run at 12). Under synccheck the sections below launch clusters of more
-# than 8 CTAs (the non-portable sizes) on SYNCCHECK_ROWS rows at most.
+# for many rows), which memcheck, racecheck and initcheck ran clean and which is right bare
+# (notebook/cluster-load-prologue; that program not yet run at 12). Under synccheck the sections below launch clusters
+# of more than 8 CTAs (the non-portable sizes) on SYNCCHECK_ROWS rows at most.
 TOOL = os.environ.get("SANITIZER_TOOL")
 SYNCCHECK_ROWS = 2  # the most rows (one cluster each) a launch of clusters of more than 8 CTAs gets under synccheck
 

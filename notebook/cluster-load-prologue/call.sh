@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
 # README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
-# root: bash notebook/cluster-load-prologue/call.sh 1|2
+# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4
+# Call 1 ran an earlier form of mode 1: its sanitizers and tests stopped at 540 and 500 s, its A/B without 2 x 16384
+# and 2 x 10240.
 # 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
 #    four sanitizers over the cluster kernels of the build after (every operator's cuda.cluster sections, softmax's
 #    cluster tuning shapes, the backward's tuning shapes) and the GPU tests (scripts/remote/gpu.sh's list).
@@ -39,8 +41,8 @@ ab() {  # ab ROUNDS: cuda.cluster at the decode points and a few of many rows, b
   done >"$OUT/ab.txt"
 }
 san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at SAN_LIMIT
-  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" bash scripts/sanitize.sh "$OUT/san/$2" \
-    "${@:4}" >"$OUT/san/$2.txt" 2>&1
+  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" \
+    bash scripts/sanitize.sh "$OUT/san/$2" "${@:4}" >"$OUT/san/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
 gpu_tests() {  # gpu_tests GPU NAME MODULES...
