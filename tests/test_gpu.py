@@ -13,6 +13,7 @@ from lab.backends import cuda_variants
 from lab.inputs import Shape
 from lab.operators.softmax import SOFTMAX
 from lab.registry import BACKENDS, Variant, dtype_name, variants
+from triton_kernels.cross_entropy import PACK_BYTES
 
 pytestmark = pytest.mark.gpu
 
@@ -28,8 +29,8 @@ BIG = [(32769, 65536), (2097153, 1024), (8388609, 256)]
 
 
 def pack_of(dtype: torch.dtype) -> int:
-    """Elements of `dtype` in a 16-byte pack."""
-    return 16 // dtype.itemsize
+    """Elements of `dtype` in a 16-byte pack (PACK_BYTES)."""
+    return PACK_BYTES // dtype.itemsize
 
 
 def variant_dtypes() -> list:
