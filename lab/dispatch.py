@@ -34,12 +34,24 @@ _LAB_YIELDS: dict[str, dict[str, list[list]]] = {}
 """Each table's lab_yields by GPU model name: where a faster Triton variant left the entry to a CUDA one,
 and why (explain() says so)."""
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # lab::DType in csrc/include/lab/launch.h
+PACK_BYTES = 16  # the CUDA kernels move a row in whole 16-byte packs (one 128-bit access or cp.async each)
 TABLES = Path(__file__).resolve().parent / "tables"  # the product's tables, <gpu slug>.json: package data
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """A dtype as tables and results name it: "float32", "bfloat16"."""
     return str(dtype).removeprefix("torch.")
+
+
+def pack_elements(dtype: torch.dtype) -> int:
+    """Elements of `dtype` in one of the CUDA kernels' 16-byte packs."""
+    return PACK_BYTES // dtype.itemsize
+
+
+def whole_packs(n: int, dtype: torch.dtype) -> int:
+    """The longest row of at most n elements that is whole 16-byte packs: contiguous rows of that length all start
+    on a 16-byte boundary (the CUDA kernels' aligned rows), where rows of n may not."""
+    return n - n % pack_elements(dtype)
 
 
 def gpu_slug(name: str) -> str:

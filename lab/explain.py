@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from lab.backends.cuda_variants import cluster_shapes
-from lab.dispatch import TABLES, committed_models, current_gpu, lab_choice, lab_yields, load, table_path
+from lab.dispatch import TABLES, committed_models, current_gpu, lab_choice, lab_yields, load, pack_elements, table_path
 
 
 def table_major(path: Path) -> int:
@@ -32,7 +32,7 @@ def explain(m: int, n: int, dtype: torch.dtype, gpu: str | None = None) -> list[
     or on the GPU model `gpu` names (one of committed_models(), explained on any machine)."""
     name = str(dtype).removeprefix("torch.")
     # A contiguous input's rows start 16-byte aligned only where a row's bytes are a multiple of 16.
-    pack = 16 // dtype.itemsize
+    pack = pack_elements(dtype)
     aligned = n % pack == 0
     model_table = committed_models()[gpu] if gpu is not None else None  # read once: every committed table is loaded
     if model_table is None:

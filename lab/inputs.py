@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lab.dispatch import pack_elements
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -54,6 +56,13 @@ class Shape:
         if m < 0 or n < 1 or (s is not None and s < n) or (k is not None and k < 1):
             raise ValueError(f"shape {text!r}: need M >= 0, N >= 1, STRIDE >= N and K >= 1")
         return Shape(m, n, s, k)
+
+
+def pack_stride(n: int, dtype: torch.dtype, aligned: bool) -> int:
+    """A row stride for rows of n elements of `dtype` that starts every row on a 16-byte boundary (aligned: n
+    rounded up to whole packs), or that starts rows off one (n where n is not whole packs, else one element more)."""
+    pack = pack_elements(dtype)
+    return -(-n // pack) * pack if aligned else n + (n % pack == 0)
 
 
 FIXED_ELEMENTS = 64 * 2**20

@@ -25,7 +25,8 @@ from lab.backends.cuda_variants import (
     load_extension,
     register_cached_shapes,
 )
-from lab.inputs import Shape
+from lab.dispatch import pack_elements, whole_packs
+from lab.inputs import Shape, pack_stride
 from lab.registry import dtype_name
 
 load_extension()  # imports lab._C (after torch, whose libraries it links), registers torch.ops.lab.*
@@ -69,18 +70,16 @@ for op_name in CUDA_OPS:
 # them: an odd N, or a row stride one element longer.
 def cross_entropy_cluster_cases() -> list[Shape]:
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
-    from triton_kernels.cross_entropy import PACK_BYTES
 
     shapes = []
     for dtype in (torch.bfloat16, torch.float32):
-        pack = PACK_BYTES // dtype.itemsize
         for aligned in (True, False):
             longest = {}
             for loss_alone in (False, True):  # softmax's plans and the loss alone's own
                 for (shape, cluster, _), n in cross_entropy_cluster_launches(dtype, aligned, 2, loss_alone).items():
                     longest[shape, cluster > 1] = max(n, longest.get((shape, cluster > 1), 0))
             for n in sorted(longest.values()):
-                stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
+                stride = pack_stride(n, dtype, aligned)
                 shapes.append(Shape(2, n, None if stride == n else stride))
     return shapes
 
@@ -260,8 +259,6 @@ if "softmax" in wanted and only("cuda.register_cached"):
 # contiguous input's rows would be shifted rows, which their own table takes, so the longest row of the entry that is
 # whole packs runs instead (the entry's plans checked to hold there).
 if "softmax" in wanted and only("cuda.cluster"):
-    from triton_kernels.cross_entropy import PACK_BYTES
-
     op = operators.get("softmax")
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -269,7 +266,7 @@ if "softmax" in wanted and only("cuda.cluster"):
             few, some, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024, 4096))
             if few == many:
                 continue
-            n -= n % (PACK_BYTES // dtype.itemsize)
+            n = whole_packs(n, dtype)
             assert [list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024, 4096)] == [
                 few, some, many], (n, dtype)
             run_checked(op, f"cluster many rows {many}",
@@ -324,8 +321,8 @@ if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
     print(f"softmax register_cached tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        size = torch.empty((), dtype=dtype).element_size()
-        pack = 16 // size
+        size = dtype.itemsize
+        pack = pack_elements(dtype)
         for index, cs in enumerate(cluster_shapes()):
             smem = cs.stages * cs.threads * cs.elems * size
             if not cs.runs(dtype) or smem > SMEM_PER_BLOCK:
@@ -350,7 +347,7 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
     flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        pack = pack_elements(dtype)
         for index in range(len(flat) // 2):
             threads, packs = flat[2 * index], flat[2 * index + 1]
             n = 2 * threads * packs * pack - 3 * pack
@@ -370,7 +367,7 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
     max_n = CUDA_OPS["softmax_backward"]["register_cached"].max_n  # the kernel the tuning op launches
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        pack = pack_elements(dtype)
         for n in (2**k for k in range(5, max_n.bit_length())):
             for shape in (Shape(3, n - pack), Shape(5, n - 1)):
                 for twice in (False, True):

@@ -172,14 +172,14 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
     row of -inf, +inf, NaN, 1e4), ignored rows, and the mean, then class weights with the sum. The plans of 16 rows,
     then those that only many rows take (4096, the sweep's; random rows)."""
     from lab.backends.cuda_variants import cross_entropy_cluster_launches
-    from lab.inputs import special_input
-    from triton_kernels.cross_entropy import PACK_BYTES
+    from lab.dispatch import pack_elements
+    from lab.inputs import pack_stride, special_input
 
     (v,) = [v for v in KERNELS if v.name == "cuda.cluster"] or [None]
     if v is None:
         pytest.skip("cuda.cluster is not available here")
     loss_alone = registry.get("cross_entropy_loss", "cuda.cluster").kernel()
-    pack = PACK_BYTES // torch.empty(0, dtype=dtype).element_size()
+    pack = pack_elements(dtype)
     for kernel, op, writes_out, loss_only in ((v.kernel(), OP, True, False), (loss_alone, LOSS_OP, False, True)):
         seen = set()
         for rows in (16, 4096):
@@ -189,7 +189,7 @@ def test_the_cuda_kernel_at_every_launch_of_its_tables(dtype, aligned):
                 seen.add(launch)
                 x, labels = (special_input(n, dtype, "cuda", n) if rows == 16
                              else (OP.make_inputs(Shape(rows, n), dtype, "cuda", n)[0], None))
-                stride = -(-n // pack) * pack if aligned else n + (n % pack == 0)
+                stride = pack_stride(n, dtype, aligned)
                 start = 0 if aligned or n % pack else 1
                 buf = torch.full((x.shape[0] * stride + start,), math.nan, dtype=dtype, device="cuda")
                 logits = buf[start:start + x.shape[0] * stride].view(x.shape[0], stride)[:, :n]

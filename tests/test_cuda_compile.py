@@ -15,6 +15,7 @@ import torch
 
 from lab import resources
 from lab.backends import cuda_variants
+from lab.dispatch import pack_elements
 
 pytestmark = pytest.mark.skipif(resources.find_nvcc() is None, reason="nvcc not found (set CUDA_HOME)")
 # Every torch.ops.lab op: one per CUDA variant of every operator, and softmax (cuda.auto).
@@ -275,7 +276,7 @@ def test_cluster_shifted_plans():
     shapes = cuda_variants.cluster_shapes()
     resident = streamed = 0
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        pack = pack_elements(dtype)
         for n in [*range(2049, 2**19, 997), *(2**k + d for k in range(11, 20) for d in (-1, 1)), 32001, 50257]:
             if n % pack == 0:
                 continue
@@ -304,7 +305,7 @@ def test_register_cached_ragged_entries():
     limit = cuda_variants.CUDA_VARIANTS["register_cached"].max_n
     shorter = 0
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        pack = pack_elements(dtype)
         for k in range(5, 15):
             end = 2**k
             end_entry, end_peels = torch.ops.lab_tune.register_cached_ragged(end, dtype)

@@ -101,7 +101,7 @@ def test_odd_rows_rule(installed_extension):
     for dtype in (torch.float32, torch.bfloat16):
         for n in [*range(1001, 65536, 1000), 1025, 2049, 4095, 4097, 8191, 8193, 16383, 32767, 65535]:
             for m in (8, 4096):
-                pack = 16 // torch.empty((), dtype=dtype).element_size()
+                pack = dispatch.pack_elements(dtype)
                 shifted = list(torch.ops.lab_tune.cluster_plan(n, dtype, m, False))
                 own, longest = (list(torch.ops.lab_tune.cluster_plan(k, dtype, m))[:2] for k in (n, n + pack - 1))
                 entry_cols, peeled = torch.ops.lab_tune.register_cached_ragged(n, dtype)
@@ -135,7 +135,7 @@ def test_tiles_rule(installed_extension):
     tiers = {torch.float32: ((64, 131072),), torch.bfloat16: ((32, 32768), (64, 131072)),
              torch.float16: ((32, 32768), (64, 131072))}
     for dtype, rule in tiers.items():
-        pack = 16 // torch.empty((), dtype=dtype).element_size()
+        pack = dispatch.pack_elements(dtype)
         for n in range(1, 129):
             fewest = next((rows for longest, rows in rule if n <= longest), None)
             for m in (1, 32767, 32768, 131071, 131072, 1048576):

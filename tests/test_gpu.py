@@ -10,10 +10,10 @@ import torch
 
 from lab import check, inputs
 from lab.backends import cuda_variants
+from lab.dispatch import PACK_BYTES, pack_elements, whole_packs
 from lab.inputs import Shape
 from lab.operators.softmax import SOFTMAX
 from lab.registry import BACKENDS, Variant, dtype_name, variants
-from triton_kernels.cross_entropy import PACK_BYTES
 
 pytestmark = pytest.mark.gpu
 
@@ -26,11 +26,6 @@ CUDA_NAMES = list(cuda_variants.CUDA_VARIANTS)
 # Just over 2^31 elements (4.3 GB in bfloat16): element offsets past 2^31 - 1 need 64-bit indexing.
 # Long rows for the block-per-row kernels, short ones for those limited to shorter rows.
 BIG = [(32769, 65536), (2097153, 1024), (8388609, 256)]
-
-
-def pack_of(dtype: torch.dtype) -> int:
-    """Elements of `dtype` in a 16-byte pack (PACK_BYTES)."""
-    return PACK_BYTES // dtype.itemsize
 
 
 def variant_dtypes() -> list:
@@ -228,9 +223,8 @@ def test_cluster_stagger_changes_no_result(dtype):
     bitwise the one of the same launch started at once, and right, on more rows than a wave holds."""
     cuda_variants.load_extension()
     staggered = 0
-    pack = pack_of(dtype)
     # each entry's longest row of whole packs (an odd end's contiguous rows would be shifted rows, their own table's)
-    for n in sorted({e - e % pack for e in cuda_variants.cluster_thresholds(dtype)} | {262144}):
+    for n in sorted({whole_packs(e, dtype) for e in cuda_variants.cluster_thresholds(dtype)} | {262144}):
         rows = max(64, 2**25 // n)  # 128 rows of 262144: more than the 35 clusters of 16 resident at once
         shape, cluster, persistent, groups, step_ns = torch.ops.lab_tune.cluster_plan(n, dtype, rows)
         if shape < 0 or groups == 1 or step_ns == 0:
@@ -264,7 +258,7 @@ def test_cluster_plan_for_many_rows(dtype):
         start = min(rows for rows, plan in plans.items() if plan == many)
         assert start & (start - 1) == 0, f"N={n}: the entry for many rows starts at {start} rows, not a power of two"
         assert all(plan == (many if rows >= start else few) for rows, plan in plans.items()), (n, start)
-        aligned = n - n % pack_of(dtype)
+        aligned = whole_packs(n, dtype)
         for rows, plan in ((4096, many), (1, few), (start - 1, few)):
             assert list(torch.ops.lab_tune.cluster_plan(aligned, dtype, rows)) == plan, (n, aligned, rows)
             x = inputs.make_input(Shape(rows, aligned), dtype, "cuda")
@@ -317,13 +311,13 @@ FLOAT_DIRECT = [pytest.param(i, d, id=f"{s.label()}-{dtype_name(d)}")
 
 def _aligned(x: torch.Tensor) -> bool:
     """Whether the resident path takes x: its rows and those of the contiguous output start 16-byte aligned."""
-    return (x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0
-            and (x.shape[-1] * x.element_size()) % 16 == 0)
+    return (x.data_ptr() % PACK_BYTES == 0 and (x.stride(0) * x.element_size()) % PACK_BYTES == 0
+            and (x.shape[-1] * x.element_size()) % PACK_BYTES == 0)
 
 
 def _fits(shape, n: int, dtype: torch.dtype, cluster: int) -> bool:
     """Whether a row of n elements split across `cluster` CTAs fits the shape (whole 16-byte packs)."""
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     return math.ceil(math.ceil(n / pack) / cluster) <= shape.threads * shape.elems // pack
 
 
@@ -331,7 +325,7 @@ def _shiftable(x: torch.Tensor) -> bool:
     """Whether rows of x not 16-byte aligned are each as far past a 16-byte boundary as the same row of the
     contiguous output (16-byte aligned, as torch allocates it): the resident path's shapes that load straight
     into registers take them shifted (cluster.cu, SHIFTED)."""
-    return x.data_ptr() % 16 == 0 and ((x.stride(0) - x.shape[-1]) * x.element_size()) % 16 == 0
+    return x.data_ptr() % PACK_BYTES == 0 and ((x.stride(0) - x.shape[-1]) * x.element_size()) % PACK_BYTES == 0
 
 
 def _resident_launch(shape, x: torch.Tensor, cluster: int) -> bool:
@@ -340,7 +334,7 @@ def _resident_launch(shape, x: torch.Tensor, cluster: int) -> bool:
     n = x.shape[-1]
     if _aligned(x):
         return _fits(shape, n, x.dtype, cluster)
-    pack = pack_of(x.dtype)
+    pack = pack_elements(x.dtype)
     return _shiftable(x) and shape.stages == 0 and _fits(shape, n + pack - 1, x.dtype, cluster)
 
 
@@ -537,7 +531,7 @@ def test_auto_takes_short_ragged_rows_in_tiles(dtype, m, n, view, expected):
     the table's register_cached (its lean kernel for many aligned rows); the result against float64."""
     shape = Shape(m, n, n + 1 if view else None)
     x = inputs.make_input(shape, dtype, "cuda")
-    choice = torch.ops.lab_tune.auto_choice(m, n, dtype, n % pack_of(x.dtype) == 0)[0]
+    choice = torch.ops.lab_tune.auto_choice(m, n, dtype, n % pack_elements(x.dtype) == 0)[0]
     if not view:
         assert choice == expected, f"auto_choice says {choice}"
     launched = [k for k in _launched_kernels(lambda: torch.ops.lab.softmax(x)) if "_kernel" in k]
@@ -705,7 +699,7 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
     whole packs, which the lean shape takes where the entry has one)."""
     special, labels = inputs.special_input(n - 4, dtype, "cuda")
     aligned = inputs.make_input(Shape(few, n), dtype, "cuda")
-    special_lean = lean_args if (n - 4) * aligned.element_size() % 16 == 0 else None  # float32's are whole packs
+    special_lean = lean_args if (n - 4) % pack_elements(dtype) == 0 else None  # float32's are whole packs
     cases = [(aligned, few_args, None, lean_args, False), (special, few_args, labels, special_lean, False),
              (inputs.make_input(Shape(many, n), dtype, "cuda"), many_args, None, None, True)]
     if lean_args:  # the same few rows off their boundaries: the few-rows shape, not the lean one
@@ -716,8 +710,8 @@ def test_register_cached_few_rows_shape(dtype, n, few, many, few_args, many_args
         names = _register_cached_launches(x, out)
         if out is not None:
             assert check.compare(out, SOFTMAX.reference(x), dtype).ok, f"{what} into an output off its boundaries"
-        pack = pack_of(x.dtype)  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
-        ragged = x.data_ptr() % 16 or (x.stride(0) * x.element_size()) % 16 or x.shape[1] % pack
+        pack = pack_elements(x.dtype)  # ragged rows: off 16-byte boundaries, or N not a multiple of a pack
+        ragged = x.data_ptr() % PACK_BYTES or (x.stride(0) * x.element_size()) % PACK_BYTES or x.shape[1] % pack
         peeled = "true" if ragged and torch.ops.lab_tune.register_cached_ragged(x.shape[1], dtype)[1] else "false"
         if lean:
             kernel = f"register_cached_lean_kernel<{_cuda_type(dtype)}, {lean}>"
@@ -815,7 +809,7 @@ def test_register_cached_peeled_rows(n, dtype):
     as packs) and into one whose rows are off boundaries by other distances (written element by element). An
     aligned view one element into its buffer takes them too; rows of whole packs on boundaries take the kernel
     without the peel."""
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     for rows in (16, 3000):
         x, view = _odd_rows(rows, n, dtype)
         expected = _ragged_kernel(rows, n, dtype)
@@ -870,12 +864,12 @@ def test_register_cached_ragged_aligned_rows(n, dtype):
     """Rows that start on 16-byte boundaries but whose N is not a multiple of a pack (a view of the first N columns
     of a wider buffer): their tails go beside the packs too, on the PEELED kernel of the entry of their whole packs
     where it peels (2^k + 1: the entry of 2^k); checked against float64 with special values at the row ends."""
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     width = (n + pack - 1) // pack * pack + pack
     for rows in (16, 3000):
         t = inputs.make_input(Shape(rows, width), dtype, "cuda")[:, :n]
         t[1, -1], t[2, -1], t[3, 0], t[4, -2] = math.inf, math.nan, -math.inf, math.inf
-        assert t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+        assert t.data_ptr() % PACK_BYTES == 0 and (t.stride(0) * t.element_size()) % PACK_BYTES == 0
         assert _register_cached_kernel(t) == _ragged_kernel(rows, n, dtype)
         res = check.check(torch.ops.lab.register_cached, t, False, SOFTMAX.reference(t))
         assert res.ok, f"{rows}x{n} {dtype_name(dtype)} aligned rows of a wider buffer: {res.summary()}"

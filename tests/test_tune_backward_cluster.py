@@ -8,6 +8,8 @@ import pytest
 import scripts_loader
 import torch
 
+from lab.dispatch import pack_elements
+
 tune = scripts_loader.load("scripts/tune/tune_backward_cluster.py")
 
 SHAPES = [(128, 4), (256, 4), (512, 4), (128, 8), (256, 8), (512, 8)]  # (threads, packs) as the kernel lists them
@@ -18,7 +20,7 @@ SHAPES = [(128, 4), (256, 4), (512, 4), (128, 8), (256, 8), (512, 8)]  # (thread
 def test_candidates_hold_the_row_and_fill_a_quarter_of_the_registers(n, dtype):
     """Each (shape, cluster) timed holds its slice of the row in the shape's packs and fills at least a quarter of
     them; every cluster size the kernel launches that does so is among them."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_elements(dtype)
     got = set(tune.candidates(n, dtype, SHAPES))
     want = {(i, c) for i, (threads, packs) in enumerate(SHAPES) for c in tune.CLUSTERS
             if 4 * math.ceil(math.ceil(n / pack) / c) >= threads * packs >= math.ceil(math.ceil(n / pack) / c)}

@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
+from lab.dispatch import PACK_BYTES, pack_elements
 from triton_kernels.common import DTYPES, check_device, fast_exp, traceable
 from triton_kernels.looped import launch_config
 
@@ -196,9 +197,6 @@ def whole_row_fits(vocab: int) -> bool:
     return vocab <= FUSED_MAX_V
 
 
-PACK_BYTES = 16  # the CUDA kernel moves whole 16-byte packs of a row, starting at the 16-byte boundary below it
-
-
 def rows_like(logits: torch.Tensor) -> torch.Tensor:
     """An empty tensor of the logits' shape whose rows lie as the logits' rows do: the same row stride and as far
     past a 16-byte boundary (storage is allocated on such a boundary), so that the CUDA kernel moves whole packs
@@ -208,7 +206,7 @@ def rows_like(logits: torch.Tensor) -> torch.Tensor:
     if (stride == vocab and logits.storage_offset() * logits.element_size() % PACK_BYTES == 0) or (
             rows > 1 and stride < vocab):  # rows that overlap (an expanded tensor): dlogits' may not
         return torch.empty_like(logits, memory_format=torch.contiguous_format)
-    shift = logits.storage_offset() % (PACK_BYTES // logits.element_size())
+    shift = logits.storage_offset() % pack_elements(logits.dtype)
     buf = logits.new_empty(shift + max(rows - 1, 0) * stride + vocab)
     return buf.as_strided((rows, vocab), (stride, 1), shift)
 

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from lab import ops
+from lab.dispatch import PACK_BYTES, pack_elements
 from lab.inputs import Shape
 from lab.registry import Traffic, Unavailable, Variant, register
 
@@ -196,7 +197,7 @@ def grid_split_reason(shape: Shape, dtype: torch.dtype) -> str | None:
            if torch.cuda.is_available() else GRID_SPLIT_DEFAULT_SMS)
     grid = min(GRID_SPLIT_MAX_GRID, sms)
     parts = grid // shape.m if shape.m <= grid // 2 else 1
-    k = 16 // dtype.itemsize  # elements per 16-byte pack
+    k = pack_elements(dtype)
     slice_packs = ((shape.n + k - 1) // k + parts - 1) // parts
     if slice_packs <= GRID_SPLIT_THREADS * GRID_SPLIT_ELEMS // k:
         return None
@@ -316,8 +317,6 @@ def cross_entropy_cluster_reason(shape: Shape, dtype: torch.dtype) -> str | None
     them out: contiguous or with the shape's row stride, from the start of their storage."""
     if not hasattr(torch.ops.lab, "cross_entropy_cluster_max_cols"):
         return None  # not built: the variant is unavailable, and says so
-    from triton_kernels.cross_entropy import PACK_BYTES
-
     size = torch.empty(0, dtype=dtype).element_size()
     return _too_long(shape.n, dtype, ((shape.stride or shape.n) * size) % PACK_BYTES == 0)
 

@@ -24,6 +24,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[2])]  # the checkout, wherever this runs from
 from lab import bench, check, inputs  # noqa: E402
 from lab.backends.cuda_variants import load_extension  # noqa: E402
+from lab.dispatch import pack_elements  # noqa: E402
 from lab.operators.softmax_backward import SOFTMAX_BACKWARD, make_inputs  # noqa: E402
 from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 
@@ -39,7 +40,7 @@ def shapes() -> list[tuple[int, int]]:
 
 def candidates(n: int, dtype: torch.dtype, table: list[tuple[int, int]]):
     """(shape index, cluster) pairs whose slice fits the shape's registers and fills at least a quarter of them."""
-    pack = 16 // torch.empty((), dtype=dtype).element_size()
+    pack = pack_elements(dtype)
     for i, (threads, packs) in enumerate(table):
         for c in CLUSTERS:
             slice_packs = math.ceil(math.ceil(n / pack) / c)

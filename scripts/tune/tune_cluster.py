@@ -38,6 +38,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 from lab import bench, check, inputs  # noqa: E402
 from lab.backends.cuda_variants import ClusterShape, cluster_shapes, load_extension  # noqa: E402
+from lab.dispatch import pack_elements  # noqa: E402
 from lab.operators.softmax import SOFTMAX  # noqa: E402
 from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 
@@ -51,16 +52,11 @@ def points(min_n: int, max_n: int | None = None) -> list[tuple[str, inputs.Shape
             if s.n >= min_n and (max_n is None or s.n <= max_n)]
 
 
-def pack_of(dtype: torch.dtype) -> int:
-    """Elements in a 16-byte pack of `dtype`."""
-    return 16 // torch.empty((), dtype=dtype).element_size()
-
-
 def candidates(n: int, dtype: torch.dtype, shapes: list[ClusterShape], kinds: str = "all", shifted: bool = False):
     """(shape index, cluster) pairs whose slice fits the shape and uses at least a quarter of it, for
     the shapes compiled for `dtype` of the kinds asked for (all, packed or float). Shifted rows (contiguous
     rows whose N is not a multiple of a pack) fit as rows of n + pack - 1 elements, on stages-0 shapes only."""
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     if shifted:
         n += pack - 1
     for i, s in enumerate(shapes):
@@ -98,7 +94,7 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     nbytes = SOFTMAX.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     # Rows off 16-byte boundaries: x's row stride, or y's (the op's output is contiguous: N).
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     shifted = shape.n % pack != 0 or shape.stride % pack != 0
     row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m, not shifted)), "configs": []}

@@ -26,10 +26,11 @@ import torch
 
 # the checkout (lab) and scripts/tune (tune_cluster), wherever this runs from
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]
-from tune_cluster import DTYPES, best_and_wrong, candidates, describe, describe_error, pack_of, save  # noqa: E402
+from tune_cluster import DTYPES, best_and_wrong, candidates, describe, describe_error, save  # noqa: E402
 
 from lab import bench, check, inputs  # noqa: E402
 from lab.backends.cuda_variants import cluster_shapes, load_extension  # noqa: E402
+from lab.dispatch import pack_elements  # noqa: E402
 from lab.operators.cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_LOSS, CrossEntropyOptions  # noqa: E402
 from lab.registry import dtype_name  # noqa: E402
 
@@ -46,7 +47,7 @@ def measure_point(shape: inputs.Shape, dtype: torch.dtype, staggered: int, grad:
     ref = op.reference(logits, target, PER_ROW)
     nbytes = op.bytes_moved(shape, dtype)
     copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, logits.device).median_ms)
-    pack = pack_of(dtype)
+    pack = pack_elements(dtype)
     shifted = shape.n % pack != 0 or shape.stride % pack != 0
     shapes = cluster_shapes()
     compiled = sorted(torch.ops.lab_tune.cross_entropy_shapes(dtype))
