@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
 # README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
-# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4
+# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5
 # Call 1 ran an earlier form of mode 1: its sanitizers and tests stopped at 540 and 500 s, its A/B without 2 x 16384
 # and 2 x 10240.
 # 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
@@ -12,6 +12,11 @@
 # 3: the sanitizers alone, their 16 processes over the four GPUs, each stopped at SAN_LIMIT seconds (default 480).
 # 4: the four sanitizers over softmax's cuda.cluster sections alone, one GPU each (after mode 3 found the driver's
 #    section of the entries for many rows asking a plan for aligned rows of rows off 16-byte boundaries).
+# 5: mode 4's sanitizers (the driver's many-rows section mended, clusters of more than 8 CTAs held to 2 rows under
+#    synccheck), beside them the GPU tests that call 2 did not finish (test_operators, test_properties,
+#    test_linear_cross_entropy) and those that read the 16-byte pack (test_gpu, test_cross_entropy, test_dispatch,
+#    the tuners'), the synccheck repro of notebook/synccheck-on-16-cta-clusters on
+#    clusters of 9, 10 and 12 CTAs, and the decode rows of bfloat16 256000 at 16 to 64 rows timed on GPU 0.
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -45,8 +50,8 @@ san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, s
     bash scripts/sanitize.sh "$OUT/san/$2" "${@:4}" >"$OUT/san/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
-gpu_tests() {  # gpu_tests GPU NAME MODULES...
-  CUDA_VISIBLE_DEVICES=$1 timeout -s INT 480 python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
+gpu_tests() {  # gpu_tests GPU NAME MODULES...: stopped by SIGINT at TEST_LIMIT seconds (default 480)
+  CUDA_VISIBLE_DEVICES=$1 timeout -s INT "${TEST_LIMIT:-480}" python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
     -k "not test_cli_runs" "${@:3}" >"$OUT/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/$2.txt"
 }
@@ -59,8 +64,8 @@ parts=("variant_softmax --op softmax --variant cuda.cluster --no-tuning-shapes"
        "shapes_backward --op softmax_backward --tuning-shapes-only")
 k=0
 gpus=3 first=1  # GPUs 1 to 3; all four in modes 3 and 4
-[ "${1:-}" = 3 ] || [ "${1:-}" = 4 ] && gpus=4 first=0
-[ "${1:-}" = 4 ] && parts=("${parts[0]}")
+case "${1:-}" in 3|4|5) gpus=4 first=0 ;; esac
+case "${1:-}" in 4|5) parts=("${parts[0]}") ;; esac
 for tool in memcheck racecheck synccheck initcheck; do
   for part in "${parts[@]}"; do
     read -ra a <<<"$part"
@@ -70,7 +75,7 @@ for tool in memcheck racecheck synccheck initcheck; do
 done
 eval "$(sed -n '/^GPU_TESTS=/,/"$/p' scripts/remote/gpu.sh)"  # the driver's list of test modules that use the GPU
 read -ra modules <<<"$(echo $GPU_TESTS)"
-case "${1:?1, 2, 3 or 4}" in
+case "${1:?1 to 5}" in
   1) ab 2 &
      gpu_tests 3 gpu_tests "${modules[@]}" ;;
   2) { ab 1; shapes() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
@@ -81,7 +86,18 @@ case "${1:?1, 2, 3 or 4}" in
      gpu_tests 2 gpu_tests_operators tests/test_operators.py tests/test_properties.py &
      gpu_tests 3 gpu_tests_rest $(printf '%s\n' "${modules[@]}" | grep -vE "test_(gpu|operators|properties)\.py") ;;
   3|4) ;;
-  *) echo "call.sh: 1, 2, 3 or 4, not $1"; exit 2 ;;
+  5) gpu_tests 0 gpu_tests_operators tests/test_operators.py &
+     gpu_tests 1 gpu_tests_properties tests/test_properties.py &
+     gpu_tests 2 gpu_tests_lce tests/test_linear_cross_entropy.py &
+     { TEST_LIMIT=240 gpu_tests 3 gpu_tests_gpu tests/test_gpu.py
+       TEST_LIMIT=240 gpu_tests 3 gpu_tests_pack tests/test_cross_entropy.py tests/test_dispatch.py \
+         tests/test_tune_cluster.py tests/test_tune_backward_cluster.py tests/test_tune_cross_entropy_cluster.py; } &
+     CUDA_VISIBLE_DEVICES=3 OUT=/tmp CLUSTERS="9 10 12" timeout 300 \
+       bash notebook/synccheck-on-16-cta-clusters/repro.sh >"$OUT/repro_9_10_12.txt" 2>&1 &
+     # shellcheck disable=SC2046
+     CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py --dtype bfloat16 --grid one-per-row \
+       $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1 ;;
+  *) echo "call.sh: 1 to 5, not $1"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf outputs.tar.xz --remove-files ./san ./*.txt ./*.json 2>/dev/null
