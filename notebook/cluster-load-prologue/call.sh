@@ -16,7 +16,8 @@
 #    synccheck), beside them the GPU tests that call 2 did not finish (test_operators, test_properties,
 #    test_linear_cross_entropy) and those that read the 16-byte pack (test_gpu, test_cross_entropy, test_dispatch,
 #    the tuners'), the synccheck repro of notebook/synccheck-on-16-cta-clusters on
-#    clusters of 9, 10 and 12 CTAs, and the decode rows of bfloat16 256000 at 16 to 64 rows timed on GPU 0.
+#    clusters of 9, 10 and 12 CTAs, and the decode rows of bfloat16 256000 at 16 to 64 rows timed on GPU 0 (not on a
+#    machine of one GPU, where the rest runs on it beside them).
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -46,16 +47,17 @@ ab() {  # ab ROUNDS: cuda.cluster at the decode points and a few of many rows, b
   done >"$OUT/ab.txt"
 }
 san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at SAN_LIMIT
-  CUDA_VISIBLE_DEVICES=$1 TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" \
+  CUDA_VISIBLE_DEVICES=$(($1 % NGPU)) TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" \
     bash scripts/sanitize.sh "$OUT/san/$2" "${@:4}" >"$OUT/san/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
 gpu_tests() {  # gpu_tests GPU NAME MODULES...: stopped by SIGINT at TEST_LIMIT seconds (default 480)
-  CUDA_VISIBLE_DEVICES=$1 timeout -s INT "${TEST_LIMIT:-480}" python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
+  CUDA_VISIBLE_DEVICES=$(($1 % NGPU)) timeout -s INT "${TEST_LIMIT:-480}" python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
     -k "not test_cli_runs" "${@:3}" >"$OUT/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/$2.txt"
 }
 mkdir -p "$OUT/san"
+NGPU=$(nvidia-smi -L | grep -c "^GPU")  # GPU k of the plans below runs on GPU k mod NGPU
 labels=$(python -c "from lab.backends.cuda_variants import cluster_shapes
 print(' '.join('--tuning-label ' + c.label() for c in cluster_shapes()))")
 parts=("variant_softmax --op softmax --variant cuda.cluster --no-tuning-shapes"
@@ -92,11 +94,11 @@ case "${1:?1 to 5}" in
      { TEST_LIMIT=240 gpu_tests 3 gpu_tests_gpu tests/test_gpu.py
        TEST_LIMIT=240 gpu_tests 3 gpu_tests_pack tests/test_cross_entropy.py tests/test_dispatch.py \
          tests/test_tune_cluster.py tests/test_tune_backward_cluster.py tests/test_tune_cross_entropy_cluster.py; } &
-     CUDA_VISIBLE_DEVICES=3 OUT=/tmp CLUSTERS="9 10 12" timeout 300 \
+     CUDA_VISIBLE_DEVICES=$((3 % NGPU)) OUT=/tmp CLUSTERS="9 10 12" timeout 300 \
        bash notebook/synccheck-on-16-cta-clusters/repro.sh >"$OUT/repro_9_10_12.txt" 2>&1 &
      # shellcheck disable=SC2046
-     CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py --dtype bfloat16 --grid one-per-row \
-       $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1 ;;
+     [ "$NGPU" -gt 1 ] && CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py --dtype bfloat16 \
+       --grid one-per-row $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1 ;;
   *) echo "call.sh: 1 to 5, not $1"; exit 2 ;;
 esac
 wait
