@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
 # README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
-# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5
+# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5|6|7
 # Call 1 ran an earlier form of mode 1: its sanitizers and tests stopped at 540 and 500 s, its A/B without 2 x 16384
 # and 2 x 10240.
 # 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
@@ -18,6 +18,11 @@
 #    the tuners'), the synccheck repro of notebook/synccheck-on-16-cta-clusters on
 #    clusters of 9, 10 and 12 CTAs, and the decode rows of bfloat16 256000 at 16 to 64 rows timed on GPU 0 (not on a
 #    machine of one GPU, where the rest runs on it beside them).
+# 6 and 7, for trust.md at one build on a machine of one GPU: 6 runs test_operators (mode 5 stopped it at 480 s),
+#    scripts/trust.py's sections but the randomized testing and the sanitizers, and softmax's randomized testing of
+#    every variant from case 64000 (a part for trust.py --refuzz); 7 the four sanitizers over every CUDA variant but the
+#    tuning shapes (softmax's in one process a tool, the other operators' in another), and cross-entropy's randomized
+#    testing, with the gradient and the loss alone, from case 64000.
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -65,9 +70,12 @@ parts=("variant_softmax --op softmax --variant cuda.cluster --no-tuning-shapes"
        "shapes_softmax --op softmax --tuning-shapes-only $labels"
        "shapes_backward --op softmax_backward --tuning-shapes-only")
 k=0
-gpus=3 first=1  # GPUs 1 to 3; all four in modes 3 and 4
-case "${1:-}" in 3|4|5) gpus=4 first=0 ;; esac
+gpus=3 first=1  # GPUs 1 to 3; all four from mode 3 on
+case "${1:-}" in 3|4|5|6|7) gpus=4 first=0 ;; esac
 case "${1:-}" in 4|5) parts=("${parts[0]}") ;; esac
+[ "${1:-}" = 6 ] && parts=()
+[ "${1:-}" = 7 ] && parts=("every_softmax --op softmax --no-tuning-shapes"
+  "every_other --op vector_add --op softmax_backward --op cross_entropy --op linear_cross_entropy --no-tuning-shapes")
 for tool in memcheck racecheck synccheck initcheck; do
   for part in "${parts[@]}"; do
     read -ra a <<<"$part"
@@ -77,7 +85,7 @@ for tool in memcheck racecheck synccheck initcheck; do
 done
 eval "$(sed -n '/^GPU_TESTS=/,/"$/p' scripts/remote/gpu.sh)"  # the driver's list of test modules that use the GPU
 read -ra modules <<<"$(echo $GPU_TESTS)"
-case "${1:?1 to 5}" in
+case "${1:?1 to 7}" in
   1) ab 2 &
      gpu_tests 3 gpu_tests "${modules[@]}" ;;
   2) { ab 1; shapes() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
@@ -99,7 +107,16 @@ case "${1:?1 to 5}" in
      # shellcheck disable=SC2046
      [ "$NGPU" -gt 1 ] && CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py --dtype bfloat16 \
        --grid one-per-row $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1 ;;
-  *) echo "call.sh: 1 to 5, not $1"; exit 2 ;;
+  6) TEST_LIMIT=500 gpu_tests 0 gpu_tests_operators tests/test_operators.py &
+     timeout -s INT 510 python scripts/trust.py --out "$OUT/trust" \
+       --sections citizenship,bad_inputs,cross_entropy_entry,linear_cross_entropy_entry,large >"$OUT/trust.txt" 2>&1 &
+     timeout -s INT 500 python -m lab.fuzz --cases 4000 --start 64000 --max-elements 4194304 \
+       --json "$OUT/fuzz_softmax.json" >"$OUT/fuzz_softmax.txt" 2>&1 ;;
+  7) for op in cross_entropy cross_entropy_loss; do
+       timeout -s INT 500 python -m lab.fuzz --op $op --cases 3000 --start 64000 --max-elements 4194304 \
+         --json "$OUT/fuzz_$op.json" >"$OUT/fuzz_$op.txt" 2>&1 &
+     done ;;
+  *) echo "call.sh: 1 to 7, not $1"; exit 2 ;;
 esac
 wait
-cd "$OUT" && tar -cJf outputs.tar.xz --remove-files ./san ./*.txt ./*.json 2>/dev/null
+cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
