@@ -400,19 +400,34 @@ def sanitizers() -> dict:
 
 
 def parse_sanitizers(text: str, returncode: int | None = None) -> dict:
-    """The per-tool lines of scripts/sanitize.sh's output (`compute-sanitizer --tool T (exit E): SUMMARY`);
-    without a return code (a saved summary), the run failed if a tool exited non-zero or reported errors."""
-    tools = {}
+    """The per-tool lines of scripts/sanitize.sh's output (`compute-sanitizer --tool T (exit E): SUMMARY`, each
+    followed by the driver's `  <section>: ran K ... cases` lines): one run of a tool per such line, several where
+    the driver was split into parts (--op, --variant), their errors added up per tool. Without a return code (a saved
+    summary), the run failed if a run exited non-zero or reported errors, or none is there."""
+    runs = []
     for line in text.splitlines():
         if m := re.match(r"compute-sanitizer --tool (\w+) \(exit (\d+)\): (.*)", line):
             errors = re.search(r"(\d+) (errors|hazards)", m.group(3))
-            tools[m.group(1)] = {"exit": int(m.group(2)), "summary": m.group(3).strip(),
-                                 "errors": int(errors.group(1)) if errors else None}
+            runs.append({"tool": m.group(1), "exit": int(m.group(2)), "summary": m.group(3).strip(),
+                         "errors": int(errors.group(1)) if errors else None, "ran": []})
+        elif runs and (ran := re.match(r"  (\S.*: ran \d+ .*)", line)):
+            runs[-1]["ran"].append(ran.group(1))
+    tools = {}
+    for tool in dict.fromkeys(r["tool"] for r in runs):
+        same = [r for r in runs if r["tool"] == tool]
+        errors = None if any(r["errors"] is None for r in same) else sum(r["errors"] for r in same)
+        tools[tool] = {"exit": max(r["exit"] for r in same), "errors": errors,
+                       "summary": same[0]["summary"] if len(same) == 1 else f"{errors} errors in {len(same)} runs"}
     if returncode is None:
         returncode = int(not tools or any(t["exit"] or t["errors"] != 0 for t in tools.values()))
-    data = {"returncode": returncode, "tools": tools}
-    if m := re.search(r"commit=(\w+)", text):
-        data["commit"] = m.group(1)
+    data = {"returncode": returncode, "tools": tools, "runs": runs}
+    commits = set(re.findall(r"commit=(\w+)", text))
+    if len(commits) > 1:
+        raise SystemExit(f"trust: the sanitizer runs name several commits ({', '.join(sorted(commits))}): one report "
+                         "is of one commit")
+    if commits:
+        data["commit"] = commits.pop()
+        data["record"] = next(line for line in text.splitlines() if "commit=" in line).strip()
     return data
 
 
@@ -448,10 +463,16 @@ def write_markdown(data: dict, path: Path) -> None:
     if "sanitizers" in data:
         san = data["sanitizers"]
         md += ["## compute-sanitizer over every CUDA variant", "",
-               *([f"Run separately (`bash scripts/remote/gpu.sh sanitize`) at commit `{san['commit']}`.", ""]
-                 if san.get("separate") else []),
-               "| tool | errors | summary |", "|---|---|---|",
-               *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in data["sanitizers"]["tools"].items()), ""]
+               *([f"Run separately (scripts/sanitize.sh) at commit `{san.get('commit', 'not recorded')}`"
+                  + (f"; its record: `{san['record']}`." if "record" in san else "."), ""]
+                 if san.get("separate") else [])]
+        if san.get("runs"):  # each run of a tool, with what the driver ran in it
+            md += ["| tool | errors | summary | what it ran (the driver's sections, cases) |", "|---|---|---|---|",
+                   *(f"| {r['tool']} | {r['errors']} | {r['summary']} | {'; '.join(r['ran'])} |" for r in san["runs"]),
+                   ""]
+        else:
+            md += ["| tool | errors | summary |", "|---|---|---|",
+                   *(f"| {t} | {r['errors']} | {r['summary']} |" for t, r in san["tools"].items()), ""]
     for title, key in (("PyTorch citizenship", "citizenship"), ("Bad input", "bad_inputs"),
                        ("lab.cross_entropy through each of its kernels (bfloat16, checked against float64)",
                         "cross_entropy_entry"),
@@ -518,8 +539,10 @@ def main() -> int:
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
                    "OUT/trust.json with the parts given by --fuzz-json (a part run later; each file to the section "
                    "of its operator) and rewrite trust.md")
-    p.add_argument("--sanitizer-summary", type=Path, help="with --refuzz: take section 3 from the saved output of "
-                   "a separate `bash scripts/remote/gpu.sh sanitize` run (its checks.txt header names the commit)")
+    p.add_argument("--sanitizer-summary", type=Path, nargs="+", help="with --refuzz: take section 3 from the saved "
+                   "output of scripts/sanitize.sh: a `bash scripts/remote/gpu.sh sanitize` run's checks.txt (its "
+                   "header names the commit), or a file a part where the tools or the driver ran in parts (a line "
+                   "`commit=<hash>` in them, the same in all)")
     args = p.parse_args()
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if unknown := [s for s in args.sections if s not in SECTIONS]:
@@ -539,15 +562,17 @@ def main() -> int:
             by_section.setdefault("fuzz" if op == "softmax" else f"fuzz_{op}", []).append(part)
         for section, parts in by_section.items():
             data[section] = merge_fuzz(parts)
-        data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), *by_section}]
+        data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), *by_section}
+                            or (s == "sanitizers" and args.sanitizer_summary)]
         if args.sanitizer_summary:
-            data["sanitizers"] = {**parse_sanitizers(args.sanitizer_summary.read_text()), "separate": True}
+            text = "\n".join(path.read_text() for path in args.sanitizer_summary)
+            data["sanitizers"] = {**parse_sanitizers(text), "separate": True}
             if not data["sanitizers"]["tools"]:
-                sys.exit(f"trust: no `compute-sanitizer --tool` line in {args.sanitizer_summary}")
+                sys.exit(f"trust: no `compute-sanitizer --tool` line in {' '.join(map(str, args.sanitizer_summary))}")
         (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
         write_markdown(data, args.out / "trust.md")
         print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json)} fuzz parts"
-              + (f" and the sanitizers of {args.sanitizer_summary}" if args.sanitizer_summary else ""))
+              + (f" and the sanitizers of {len(args.sanitizer_summary)} file(s)" if args.sanitizer_summary else ""))
         return 0
     quiet_third_party()
     if not torch.cuda.is_available():

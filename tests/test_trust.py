@@ -121,6 +121,19 @@ def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path)
     data = json.loads((tmp_path / "trust.json").read_text())
     assert data["fuzz"]["cases"] == 1000 and data["fuzz_cross_entropy"]["cases"] == 40
     assert "## Randomized differential testing: cross_entropy" in (tmp_path / "trust.md").read_text()
+    # A separate sanitizer run, in two files (the driver in parts), becomes section 3, no longer a section not run.
+    for name, tool in (("s1.txt", "memcheck"), ("s2.txt", "initcheck")):
+        (tmp_path / name).write_text(f"== run commit=165481a\ncompute-sanitizer --tool {tool} (exit 0): ========= "
+                                     "ERROR SUMMARY: 0 errors\n  softmax cuda.cluster: ran 4 shape and dtype cases\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "trust.py"), "--out", str(tmp_path), "--refuzz",
+                           "--fuzz-json", str(tmp_path / "c.json"), "--sanitizer-summary", str(tmp_path / "s1.txt"),
+                           str(tmp_path / "s2.txt")],
+                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+                                                               "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "trust.json").read_text())
+    assert "sanitizers" in data["sections"] and set(data["sanitizers"]["tools"]) == {"memcheck", "initcheck"}
+    assert "| initcheck | 0 |" in (tmp_path / "trust.md").read_text()
 
 
 def test_a_separate_sanitizer_run_is_merged_and_its_errors_count():
@@ -135,6 +148,31 @@ def test_a_separate_sanitizer_run_is_merged_and_its_errors_count():
     dirty = trust.parse_sanitizers(text.replace("SUMMARY: 0 errors", "SUMMARY: 3 errors"))
     assert dirty["returncode"] == 1 and dirty["tools"]["memcheck"]["errors"] == 3
     assert trust.parse_sanitizers("nothing here")["returncode"] == 1
+
+
+def test_sanitizer_runs_in_parts_add_up_per_tool_and_keep_what_each_ran(tmp_path):
+    """The driver split over several processes a tool (--op): each run's errors count towards its tool, each run
+    keeps the driver's lines of what it ran, the report shows them, and parts of different commits are refused."""
+    def part(tool: str, errors: int, section: str) -> str:
+        return (f"== header commit=165481a\ncompute-sanitizer --tool {tool} (exit {int(errors > 0)}): ========= ERROR "
+                f"SUMMARY: {errors} errors\n  {section}: ran 126 shape and dtype cases\nexit 0\n")
+
+    text = "\n".join([part("memcheck", 0, "softmax cuda.cluster"), part("memcheck", 2, "vector_add cuda.grid_stride"),
+                      part("initcheck", 0, "softmax cuda.auto")])
+    data = trust.parse_sanitizers(text)
+    assert data["returncode"] == 1 and data["commit"] == "165481a"
+    assert data["tools"]["memcheck"] == {"exit": 1, "errors": 2, "summary": "2 errors in 2 runs"}
+    assert data["tools"]["initcheck"]["errors"] == 0
+    assert [r["ran"] for r in data["runs"]] == [["softmax cuda.cluster: ran 126 shape and dtype cases"],
+                                                ["vector_add cuda.grid_stride: ran 126 shape and dtype cases"],
+                                                ["softmax cuda.auto: ran 126 shape and dtype cases"]]
+    trust.write_markdown({"environment": {"commit": "abc", "date": "today", "gpu": "GPU"},
+                          "sanitizers": {**data, "separate": True}}, tmp_path / "trust.md")
+    md = (tmp_path / "trust.md").read_text()
+    assert "at commit `165481a`" in md
+    assert "| memcheck | 2 | ========= ERROR SUMMARY: 2 errors | vector_add cuda.grid_stride: ran 126" in md
+    with pytest.raises(SystemExit, match="several commits"):
+        trust.parse_sanitizers(text + part("racecheck", 0, "x").replace("165481a", "0000000"))
 
 
 RACE = ("========= Error: Race reported between Read access at {a}+0xaf0\n"
@@ -174,5 +212,7 @@ def test_racecheck_passes_hazards_only_inside_cublas_and_nothing_else(tmp_path):
                            + "========= RACECHECK SUMMARY: 3 hazards displayed (12 errors, 0 warnings)\n")
     line = ("compute-sanitizer --tool racecheck (exit 0): 0 hazards in the lab's kernels; ========= RACECHECK SUMMARY: "
             "12 hazards displayed (12 errors, 0 warnings), every one inside cuBLAS's nvjet_* kernels\n")
+    summary = line.split(": ", 1)[1].strip()
     assert trust.parse_sanitizers(line) == {"returncode": 0, "tools": {"racecheck": {
-        "exit": 0, "summary": line.split(": ", 1)[1].strip(), "errors": 0}}}
+        "exit": 0, "summary": summary, "errors": 0}}, "runs": [{
+            "tool": "racecheck", "exit": 0, "summary": summary, "errors": 0, "ran": []}]}

@@ -51,9 +51,12 @@ ab() {  # ab ROUNDS: cuda.cluster at the decode points and a few of many rows, b
     done
   done >"$OUT/ab.txt"
 }
-san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at SAN_LIMIT
+san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, stopped by SIGINT at SAN_LIMIT, its
+  # output headed by the commit (trust.py --sanitizer-summary reads it) and the build
+  echo "== $(date -u) commit=${LAB_COMMIT:-unknown} build sha256 $(sha256sum lab/_C.abi3.so | cut -c1-16): ${*:4}" \
+    >"$OUT/san/$2.txt"
   CUDA_VISIBLE_DEVICES=$(($1 % NGPU)) TOOLS=$3 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-480}" \
-    bash scripts/sanitize.sh "$OUT/san/$2" "${@:4}" >"$OUT/san/$2.txt" 2>&1
+    bash scripts/sanitize.sh "$OUT/san/$2" "${@:4}" >>"$OUT/san/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
 gpu_tests() {  # gpu_tests GPU NAME MODULES...: stopped by SIGINT at TEST_LIMIT seconds (default 480)
