@@ -541,8 +541,8 @@ def main() -> int:
                    "of its operator) and rewrite trust.md")
     p.add_argument("--sanitizer-summary", type=Path, nargs="+", help="with --refuzz: take section 3 from the saved "
                    "output of scripts/sanitize.sh: a `bash scripts/remote/gpu.sh sanitize` run's checks.txt (its "
-                   "header names the commit), or a file a part where the tools or the driver ran in parts (a line "
-                   "`commit=<hash>` in them, the same in all)")
+                   "header names the commit), or a file for each part where the tools or the driver ran in parts "
+                   "(a line `commit=<hash>` in them, the same in all)")
     args = p.parse_args()
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if unknown := [s for s in args.sections if s not in SECTIONS]:
