@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
 # README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
-# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5|6|7
+# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5|6|7|8
 # Call 1 ran an earlier form of mode 1: its sanitizers and tests stopped at 540 and 500 s, its A/B without 2 x 16384
 # and 2 x 10240.
 # 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
@@ -23,6 +23,9 @@
 #    every variant from case 64000 (a part for trust.py --refuzz); 7 the four sanitizers over every CUDA variant but the
 #    tuning shapes (softmax's in one process a tool, the other operators' in another), and cross-entropy's randomized
 #    testing, with the gradient and the loss alone, from case 64000.
+# 8: the decode points that trail QuACK, every launch of cuda.cluster timed there (scripts/tune/tune_cluster.py, one
+#    GPU, nothing beside it): float32 8 x 151936, 8 x 256000 and 32 x 151936 and float16 64 x 128256 on both grids,
+#    bfloat16 16, 32 and 64 x 256000 one cluster per row (the 32-row start of the entry for many rows, re-measured).
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -76,7 +79,7 @@ k=0
 gpus=3 first=1  # GPUs 1 to 3; all four from mode 3 on
 case "${1:-}" in 3|4|5|6|7) gpus=4 first=0 ;; esac
 case "${1:-}" in 4|5) parts=("${parts[0]}") ;; esac
-[ "${1:-}" = 6 ] && parts=()
+[ "${1:-}" = 6 ] || [ "${1:-}" = 8 ] && parts=()
 [ "${1:-}" = 7 ] && parts=("every_softmax --op softmax --no-tuning-shapes"
   "every_other --op vector_add --op softmax_backward --op cross_entropy --op linear_cross_entropy --no-tuning-shapes")
 for tool in memcheck racecheck synccheck initcheck; do
@@ -88,7 +91,7 @@ for tool in memcheck racecheck synccheck initcheck; do
 done
 eval "$(sed -n '/^GPU_TESTS=/,/"$/p' scripts/remote/gpu.sh)"  # the driver's list of test modules that use the GPU
 read -ra modules <<<"$(echo $GPU_TESTS)"
-case "${1:?1 to 7}" in
+case "${1:?1 to 8}" in
   1) ab 2 &
      gpu_tests 3 gpu_tests "${modules[@]}" ;;
   2) { ab 1; shapes() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
@@ -119,7 +122,14 @@ case "${1:?1 to 7}" in
        timeout -s INT 500 python -m lab.fuzz --op $op --cases 3000 --start 64000 --max-elements 4194304 \
          --json "$OUT/fuzz_$op.json" >"$OUT/fuzz_$op.txt" 2>&1 &
      done ;;
-  *) echo "call.sh: 1 to 7, not $1"; exit 2 ;;
+  8) tune() {  # tune DTYPE SECONDS TUNE_CLUSTER-ARGS...
+       CUDA_VISIBLE_DEVICES=0 timeout -s INT "$2" python scripts/tune/tune_cluster.py --dtype "$1" "${@:3}" \
+         --json "$OUT/tune_$1.json" >"$OUT/tune_$1.txt" 2>&1
+     }
+     tune float32 200 --shape 8x151936 --shape 8x256000 --shape 32x151936
+     tune float16 120 --shape 64x128256
+     tune bfloat16 200 --grid one-per-row --shape 16x256000 --shape 32x256000 --shape 64x256000 ;;
+  *) echo "call.sh: 1 to 8, not $1"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
