@@ -48,7 +48,7 @@ for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
     rc=0 summary="0 hazards in the lab's kernels; $summary, every one inside cuBLAS's nvjet_* kernels"
   fi
   echo "compute-sanitizer --tool $tool (exit $rc): $summary"
-  grep -E ": ran" "$log" | sed 's/^/  /'
+  grep -E ": ran|: not run" "$log" | sed 's/^/  /'  # what the driver ran, and each section it left out
   [ "$rc" -eq 0 ] || { status=1; grep -m 20 -E "=========" "$log"; }
 done
 exit $status

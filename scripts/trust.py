@@ -401,16 +401,17 @@ def sanitizers() -> dict:
 
 def parse_sanitizers(text: str, returncode: int | None = None) -> dict:
     """The per-tool lines of scripts/sanitize.sh's output (`compute-sanitizer --tool T (exit E): SUMMARY`, each
-    followed by the driver's `  <section>: ran K ... cases` lines): one run of a tool per such line, several where
-    the driver was split into parts (--op, --variant), their errors added up per tool. Without a return code (a saved
-    summary), the run failed if a run exited non-zero or reported errors, or none is there."""
+    followed by the driver's `  <section>: ran K ... cases` and `  <section>: not run under T (why)` lines): one run
+    of a tool per such line, several where the driver was split into parts (--op, --variant), their errors added up
+    per tool. Without a return code (a saved summary), the run failed if a run exited non-zero or reported errors,
+    or none is there."""
     runs = []
     for line in text.splitlines():
         if m := re.match(r"compute-sanitizer --tool (\w+) \(exit (\d+)\): (.*)", line):
             errors = re.search(r"(\d+) (errors|hazards)", m.group(3))
             runs.append({"tool": m.group(1), "exit": int(m.group(2)), "summary": m.group(3).strip(),
                          "errors": int(errors.group(1)) if errors else None, "ran": []})
-        elif runs and (ran := re.match(r"  (\S.*: ran \d+ .*)", line)):
+        elif runs and (ran := re.match(r"  (\S.*: (ran \d+|not run) .*)", line)):
             runs[-1]["ran"].append(ran.group(1))
     tools = {}
     for tool in dict.fromkeys(r["tool"] for r in runs):
@@ -436,8 +437,8 @@ def merge_fuzz(parts: list[dict]) -> dict:
     if len({(p["seed"], p.get("max_elements"), p.get("per_shape_cases")) for p in parts}) > 1:
         raise SystemExit("trust: the fuzz parts differ in seed, --max-elements or --per-shape-cases")
     merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {},
-              "parts": [{"start": p.get("start", 0), "cases": p["cases"], "variants": sorted(p["variants"])}
-                        for p in parts]}
+              "parts": [{"start": p.get("start", 0), "cases": p["cases"], "asked": p.get("asked", p["cases"]),
+                         "variants": sorted(p["variants"])} for p in parts]}
     for part in parts:
         for name, c in part["variants"].items():
             into = merged["variants"].setdefault(name, {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []})
@@ -467,7 +468,8 @@ def write_markdown(data: dict, path: Path) -> None:
                   + (f"; its record: `{san['record']}`." if "record" in san else "."), ""]
                  if san.get("separate") else [])]
         if san.get("runs"):  # each run of a tool, with what the driver ran in it
-            md += ["| tool | errors | summary | what it ran (the driver's sections, cases) |", "|---|---|---|---|",
+            md += ["| tool | errors | summary | what it ran (the driver's sections, cases) and left out |",
+                   "|---|---|---|---|",
                    *(f"| {r['tool']} | {r['errors']} | {r['summary']} | {'; '.join(r['ran'])} |" for r in san["runs"]),
                    ""]
         else:
@@ -509,7 +511,9 @@ def fuzz_markdown(fz: dict) -> list[str]:
           ("Seeded cases in the parts below" if len(fz.get("parts", [])) > 1 else
            f"{fz['cases']} seeded cases") + f" (seed {fz['seed']}, M * N up to "
           f"{fz.get('max_elements', 'the default')}) {against}.", "",
-          *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}: "
+          *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}"
+            + (f" ({p['cases']} of the {p['asked']} asked: the run was stopped there)"
+               if p.get("asked", p["cases"]) > p["cases"] else "") + ": "
             + (f"all {len(p['variants'])} variants" if set(p["variants"]) == set(fz["variants"])
                else ", ".join(f"`{v}`" for v in p["variants"]))
             for p in fz.get("parts", [])), "",

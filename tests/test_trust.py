@@ -96,7 +96,7 @@ def test_parts_of_a_split_run_add_up():
 def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path):
     part = {"seed": 0, "start": 0, "max_elements": 64, "per_shape_cases": 200, "cases": 500, "variants": {
         "cuda.cluster": {"cases": 450, "skipped": 50, "not drawn": 0, "mismatches": []}}}
-    later = {**part, "start": 500, "variants": {
+    later = {**part, "start": 500, "asked": 600, "variants": {  # stopped before its end
         "cuda.cluster": {"cases": 480, "skipped": 20, "not drawn": 0, "mismatches": []}}}
     data = {"environment": {"commit": "abc", "date": "today", "gpu": "GPU"}, "fuzz": part,
             "large": {"shapes": "s", "command": "c", "summary": "ok"}, "citizenship": {}, "bad_inputs": {}}
@@ -109,7 +109,8 @@ def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path)
                                                                "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "trust.md").read_text()
-    assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999" in md
+    assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999 (500 of the 600 asked" in md
+    assert "cases 0 to 499: " in md  # a part that ran to its end says nothing more
     assert json.loads((tmp_path / "trust.json").read_text())["fuzz"]["cases"] == 1000
     # A cross_entropy part goes to its own section, the softmax one staying as it is.
     (tmp_path / "c.json").write_text(json.dumps({**part, "op": "cross_entropy", "cases": 40}))
@@ -158,14 +159,17 @@ def test_sanitizer_runs_in_parts_add_up_per_tool_and_keep_what_each_ran(tmp_path
                 f"SUMMARY: {errors} errors\n  {section}: ran 126 shape and dtype cases\nexit 0\n")
 
     text = "\n".join([part("memcheck", 0, "softmax cuda.cluster"), part("memcheck", 2, "vector_add cuda.grid_stride"),
-                      part("initcheck", 0, "softmax cuda.auto")])
+                      part("initcheck", 0, "softmax cuda.auto")
+                      + "  linear_cross_entropy: not run under initcheck (it does not see cuBLAS's stores)\n"])
     data = trust.parse_sanitizers(text)
     assert data["returncode"] == 1 and data["commit"] == "165481a"
     assert data["tools"]["memcheck"] == {"exit": 1, "errors": 2, "summary": "2 errors in 2 runs"}
     assert data["tools"]["initcheck"]["errors"] == 0
     assert [r["ran"] for r in data["runs"]] == [["softmax cuda.cluster: ran 126 shape and dtype cases"],
                                                 ["vector_add cuda.grid_stride: ran 126 shape and dtype cases"],
-                                                ["softmax cuda.auto: ran 126 shape and dtype cases"]]
+                                                ["softmax cuda.auto: ran 126 shape and dtype cases",
+                                                 "linear_cross_entropy: not run under initcheck (it does not see "
+                                                 "cuBLAS's stores)"]]
     trust.write_markdown({"environment": {"commit": "abc", "date": "today", "gpu": "GPU"},
                           "sanitizers": {**data, "separate": True}}, tmp_path / "trust.md")
     md = (tmp_path / "trust.md").read_text()
