@@ -25,7 +25,8 @@
 #    testing, with the gradient and the loss alone, from case 64000.
 # 8: the decode points that trail QuACK, every launch of cuda.cluster timed there (scripts/tune/tune_cluster.py, one
 #    GPU, nothing beside it): float32 8 x 151936, 8 x 256000 and 32 x 151936 and float16 64 x 128256 on both grids,
-#    bfloat16 16, 32 and 64 x 256000 one cluster per row (the 32-row start of the entry for many rows, re-measured).
+#    bfloat16 1 to 64 rows of 256000 one cluster per row (the 32-row start of the entry for many rows, re-measured;
+#    float16 takes bfloat16's table).
 set -uo pipefail
 source scripts/remote/device_call.sh
 begin_call >/dev/null
@@ -126,9 +127,10 @@ case "${1:?1 to 8}" in
        CUDA_VISIBLE_DEVICES=0 timeout -s INT "$2" python scripts/tune/tune_cluster.py --dtype "$1" "${@:3}" \
          --json "$OUT/tune_$1.json" >"$OUT/tune_$1.txt" 2>&1
      }
-     tune float32 200 --shape 8x151936 --shape 8x256000 --shape 32x151936
-     tune float16 120 --shape 64x128256
-     tune bfloat16 200 --grid one-per-row --shape 16x256000 --shape 32x256000 --shape 64x256000 ;;
+     tune float32 180 --shape 8x151936 --shape 8x256000 --shape 32x151936
+     tune float16 90 --shape 64x128256
+     # shellcheck disable=SC2046
+     tune bfloat16 240 --grid one-per-row $(printf -- "--shape %sx256000 " 1 2 4 8 16 32 64) ;;
   *) echo "call.sh: 1 to 8, not $1"; exit 2 ;;
 esac
 wait
