@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The calls on a machine of four GPUs for the change to the cluster kernel's start and exchange (this folder's
-# README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after). Run from the repository
-# root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5|6|7|8
+# The calls on a machine of four GPUs (modes 5 to 8 on one GPU too) for the change to the cluster kernel's start and
+# exchange (this folder's README), two builds carried (.labso/old.so.xz before the change, .labso/cur.so.xz after).
+# Run from the repository root: bash notebook/cluster-load-prologue/call.sh 1|2|3|4|5|6|7|8
 # Call 1 ran an earlier form of mode 1: its sanitizers and tests stopped at 540 and 500 s, its A/B without 2 x 16384
 # and 2 x 10240.
 # 1: an A/B of cuda.cluster, before and after alternated twice in separate processes, on GPU 0; on GPUs 1 to 3 the
