@@ -64,8 +64,8 @@ san() {  # san GPU NAME TOOLS DRIVER-ARGS...: scripts/sanitize.sh on that GPU, s
   echo "exit $?" >>"$OUT/san/$2.txt"
 }
 gpu_tests() {  # gpu_tests GPU NAME MODULES...: stopped by SIGINT at TEST_LIMIT seconds (default 480)
-  CUDA_VISIBLE_DEVICES=$(($1 % NGPU)) timeout -s INT "${TEST_LIMIT:-480}" python -m pytest -q -p no:cacheprovider -rfE --tb=short --durations=5 \
-    -k "not test_cli_runs" "${@:3}" >"$OUT/$2.txt" 2>&1
+  CUDA_VISIBLE_DEVICES=$(($1 % NGPU)) timeout -s INT "${TEST_LIMIT:-480}" python -m pytest -q -p no:cacheprovider \
+    -rfE --tb=short --durations=5 -k "not test_cli_runs" "${@:3}" >"$OUT/$2.txt" 2>&1
   echo "exit $?" >>"$OUT/$2.txt"
 }
 mkdir -p "$OUT/san"
@@ -112,8 +112,9 @@ case "${1:?1 to 8}" in
      CUDA_VISIBLE_DEVICES=$((3 % NGPU)) OUT=/tmp CLUSTERS="9 10 12" timeout 300 \
        bash notebook/synccheck-on-16-cta-clusters/repro.sh >"$OUT/repro_9_10_12.txt" 2>&1 &
      # shellcheck disable=SC2046
-     [ "$NGPU" -gt 1 ] && CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py --dtype bfloat16 \
-       --grid one-per-row $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" >"$OUT/tune16.txt" 2>&1 ;;
+     [ "$NGPU" -gt 1 ] && CUDA_VISIBLE_DEVICES=0 timeout -s INT 240 python scripts/tune/tune_cluster.py \
+       --dtype bfloat16 --grid one-per-row $(printf -- "--shape %sx256000 " 16 32 64) --json "$OUT/tune16.json" \
+       >"$OUT/tune16.txt" 2>&1 ;;
   6) TEST_LIMIT=500 gpu_tests 0 gpu_tests_operators tests/test_operators.py &
      timeout -s INT 510 python scripts/trust.py --out "$OUT/trust" \
        --sections citizenship,bad_inputs,cross_entropy_entry,linear_cross_entropy_entry,large >"$OUT/trust.txt" 2>&1 &
