@@ -10,7 +10,7 @@ import torch
 tune_cluster = scripts_loader.load("scripts/tune/tune_cluster.py")
 
 
-@pytest.mark.parametrize("bad", [["--grid", "rows"], ["--shapes", "staged"], ["--dtype", "int8"]])
+@pytest.mark.parametrize("bad", [["--grid", "rows"], ["--shapes", "staged"], ["--dtype", "int8"], ["--rounds", "0"]])
 def test_bad_arguments_are_refused(bad):
     with pytest.raises(SystemExit) as e:
         tune_cluster.main(bad)
@@ -29,21 +29,24 @@ def test_refuses_without_a_gpu():
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a GPU with thread-block clusters (sm_90)")
-@pytest.mark.parametrize("grid", ["one-per-row", "persistent"])
-def test_one_small_point_times_only_the_grid_asked_for(tmp_path, grid):
+@pytest.mark.parametrize(("grid", "rounds"), [("one-per-row", 1), ("persistent", 3)])
+def test_one_small_point_times_only_the_grid_asked_for(tmp_path, grid, rounds):
     out = tmp_path / "tune.json"
-    assert tune_cluster.main(["--dtype", "bfloat16", "--shape", "16x16384", "--grid", grid, "--json", str(out)]) == 0
+    assert tune_cluster.main(["--dtype", "bfloat16", "--shape", "16x16384", "--grid", grid, "--rounds", str(rounds),
+                              "--json", str(out)]) == 0
     [row] = json.loads(out.read_text())
     timed = [c for c in row["configs"] if "pct_copy" in c]
     assert timed, row["configs"]
     assert {c["persistent"] for c in row["configs"]} == {grid == "persistent"}
+    assert row["rounds"] == rounds and row["copy_gbps"] > 0
+    assert all(row[ref] > 0 for ref in ("cuda.cluster", "streaming", "torch.softmax"))
 
 
 def test_a_point_out_of_gpu_memory_is_reported_and_the_rest_still_timed(monkeypatch, capsys, tmp_path):
     """The tune goes on past a point the GPU has no memory for (e.g. the float64 check of 4096x262144 on an
     80 GB H100), names it, keeps the others in the JSON, and exits 1. Faked on the CPU: measure_point raises
     for one shape and returns a row for the other."""
-    def fake_point(sweep, shape, dtype, shapes, kinds, grid):
+    def fake_point(sweep, shape, dtype, shapes, kinds, grid, rounds):
         if shape.n == 262144:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB.\nmore")
         return {"sweep": sweep, "m": shape.m, "n": shape.n, "plan": [0, 1, 0, 0], "configs": [],

@@ -7,15 +7,16 @@ the shape's registers and fills at least a quarter of them. Packed shapes (label
 elements held two to a register) run for float16 and bfloat16 only; --shapes packed times only
 them (with --dtype bfloat16, the measurement the packed path waits for), --shapes float only the
 others. Each configuration is checked against float64 before it is timed (median of
-do_bench, L2 flushed, each configuration in one stretch; the lab itself times a point's variants in
-interleaved rounds). Every configuration starts its first wave of clusters all at once (no stagger;
-scripts/tune/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
+do_bench, L2 flushed, each configuration in one stretch; with --rounds R, a point's configurations, references and
+copy together in R interleaved rounds, as the lab times a point's variants: one stretch each can differ from the
+next by a few percent at decode-time rows of 5-20 us). Every configuration starts its first wave of clusters all at
+once (no stagger; scripts/tune/stagger.py tunes that for a chosen shape). Prints, per point, the best configuration, the
 one the launch table (cluster_plan) picks, cuda.cluster as launched (the table's choice with its
 stagger), the streaming path, and cuda.register_cached and torch.softmax for scale; writes every
 measurement as JSON.
 
     python scripts/tune/tune_cluster.py [--dtype bfloat16] [--shapes all|packed|float] [--min-n 1024] [--max-n 16384]
-        [--shape 4096x50257 ...] [--grid both|persistent|one-per-row] [--json tune.json]
+        [--shape 4096x50257 ...] [--grid both|persistent|one-per-row] [--rounds 5] [--json tune.json]
 
 --shape (repeatable) times the shapes given instead of the sweeps'. Where N or the row stride is not a
 multiple of a 16-byte pack, rows start off 16-byte boundaries: the launcher splits each as a shifted row of up
@@ -30,6 +31,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -85,20 +87,22 @@ GRIDS = {"both": (True, False), "persistent": (True,), "one-per-row": (False,)}
 
 
 def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: list[ClusterShape],
-                  kinds: str = "all", grid: str = "both") -> dict:
+                  kinds: str = "all", grid: str = "both", rounds: int = 1) -> dict:
     """Every candidate configuration at one point, checked then timed, with references for scale. `grid`
-    (a key of GRIDS): the launches timed, persistent grids, one cluster per row or both."""
+    (a key of GRIDS): the launches timed, persistent grids, one cluster per row or both. rounds 1: each
+    configuration and reference in one stretch of its own (time_gpu), the copy before them; more: all of them and
+    the copy together in that many interleaved rounds (bench.time_rounds), for gaps of a few percent."""
     tuned = torch.ops.lab_tune.cluster
     x = inputs.make_input(shape, dtype, "cuda")
     ref = SOFTMAX.reference(x)
     nbytes = SOFTMAX.bytes_moved(shape, dtype)
-    copy = bench.gbps(nbytes, bench.copy_ceiling(nbytes, x.device).median_ms)
     # Rows off 16-byte boundaries: x's row stride, or y's (the op's output is contiguous: N).
     pack = pack_elements(dtype)
     shifted = shape.n % pack != 0 or shape.stride % pack != 0
-    row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "copy_gbps": copy,
+    row = {"sweep": sweep, "dtype": dtype_name(dtype), "m": shape.m, "n": shape.n, "rounds": rounds,
            "plan": list(torch.ops.lab_tune.cluster_plan(shape.n, dtype, shape.m, not shifted)), "configs": []}
     pairs = list(candidates(shape.n, dtype, shapes, kinds, shifted))
+    calls: dict[int | str, Callable[[], object]] = {}  # a configuration's index in row["configs"], or a reference
     if row["plan"][0] >= 0 and tuple(row["plan"][:2]) not in pairs:
         pairs.append(tuple(row["plan"][:2]))  # the plan's own choice, for comparison, whatever --shapes says
     for i, c in pairs:
@@ -117,9 +121,8 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
             if not res.ok:  # a configuration the GPU refuses (shared memory, occupancy) or a wrong result
                 cfg["error"] = res.summary()
                 continue
-            t = bench.time_gpu(lambda run=run: run(x), rep_ms=50)
-            cfg["gbps"] = bench.gbps(nbytes, t.median_ms)
-            cfg["pct_copy"] = 100 * cfg["gbps"] / copy
+            calls[len(row["configs"]) - 1] = lambda run=run: run(x)
+    del ref
     refs = {"torch.softmax": lambda: torch.softmax(x, -1),
             # The launch table's own choice as cuda.cluster runs it (its stagger included), and the streaming path.
             "cuda.cluster": lambda: torch.ops.lab.cluster(x),
@@ -127,8 +130,24 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
     if shape.n <= 16384:
         refs["cuda.register_cached"] = lambda: torch.ops.lab_tune.register_cached(x, True)
         refs["cuda.register_cached (one block per row group)"] = lambda: torch.ops.lab_tune.register_cached(x, False)
-    for name, fn in refs.items():
-        row[name] = 100 * bench.gbps(nbytes, bench.time_gpu(fn, rep_ms=50).median_ms) / copy
+    calls.update(refs)
+    if rounds == 1:
+        copy_ms = bench.copy_ceiling(nbytes, x.device).median_ms
+        ms = {name: bench.time_gpu(fn, rep_ms=50).median_ms for name, fn in calls.items()}
+    else:
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device=x.device).fill_(7)
+        dst = torch.empty_like(src)
+        calls["copy"] = lambda: dst.copy_(src)
+        ms = {name: t.median_ms for name, t in bench.time_rounds(calls, x.device, rounds=rounds,
+                                                                  host_check=False).items()}
+        copy_ms = ms.pop("copy")
+    row["copy_gbps"] = bench.gbps(nbytes, copy_ms)
+    for name, t_ms in ms.items():
+        pct = 100 * copy_ms / t_ms
+        if isinstance(name, int):
+            row["configs"][name].update(gbps=bench.gbps(nbytes, t_ms), pct_copy=pct)
+        else:
+            row[name] = pct
     return row
 
 
@@ -143,8 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="MxN (repeatable): time these shapes (MxN/STRIDE: strided rows) instead of the sweeps' points")
     p.add_argument("--grid", choices=sorted(GRIDS), default="both",
                    help="the launches to time: persistent grids, one cluster per row, or both (default)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="1 (default): each configuration timed in one stretch; more: a point's configurations, "
+                        "references and copy timed together in this many interleaved rounds")
     p.add_argument("--json", help="write every measurement here")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds takes a whole number of at least 1; got {args.rounds}")
     if not torch.cuda.is_available():
         sys.exit("tune_cluster: needs a CUDA GPU")
     load_extension()
@@ -156,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for sweep, shape in todo:
             row, oom = None, ""
             try:
-                row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid)
+                row = measure_point(sweep, shape, dtype, shapes, args.shapes, args.grid, args.rounds)
             # A GPU too small for the point: the whole-output float64 check of 4096x262144 did not fit 80 GB
             # before check.compare went by row blocks.
             except torch.OutOfMemoryError as e:

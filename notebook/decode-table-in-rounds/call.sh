@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The device calls of this folder's README, on a machine of one GPU. Run from the repository root:
+#   tune   (the build carried as .labso/cur.so.xz): every launch of cuda.cluster at the decode points of the
+#          vocabularies where lab.softmax trailed QuACK, timed in 5 interleaved rounds with the copy
+#          (scripts/tune/tune_cluster.py --rounds 5), and tune_cluster's GPU tests.
+#   ab     (.labso/cur.so.xz the build after, .labso/old.so.xz before): cuda.cluster before and after in separate
+#          processes, alternated, at the decode points and a few of many rows; then the GPU tests that read the tables.
+#   sweep  (carrying .peers2, after calls carrying .peersA and .peersB on the same warm machine): the decode sweep with
+#          QuACK (the command of results/h200/decode/softmax/results.json), then softmax's randomized testing of the
+#          cluster kernel and the entries that route to it.
+# LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
+set -uo pipefail
+source scripts/remote/device_call.sh
+rows() { local n m; for n in "$@"; do for m in 1 2 4 8 16 32 64; do echo "--shape ${m}x$n"; done; done; }
+case ${1:-} in
+  tune)
+    begin_call >/dev/null
+    echo "commit=${LAB_COMMIT:-unknown}" >"$OUT/commit.txt"
+    tune() {  # tune NAME SECONDS TUNE_CLUSTER-ARGS...
+      timeout -s INT "$2" python scripts/tune/tune_cluster.py --rounds 5 "${@:3}" --json "$OUT/$1.json" \
+        >"$OUT/$1.txt" 2>&1
+      echo "exit $?" >>"$OUT/$1.txt"
+    }
+    # shellcheck disable=SC2046
+    tune bf16_256000 170 --dtype bfloat16 $(rows 256000)
+    # shellcheck disable=SC2046
+    tune bf16_128256 120 --dtype bfloat16 $(rows 128256 | grep -E "^--shape (16|32|64)x")
+    tune fp16_128256 60 --dtype float16 --shape 32x128256 --shape 64x128256
+    # shellcheck disable=SC2046
+    tune fp32 150 --dtype float32 $(rows 151936 256000)
+    timeout -s INT 60 python -m pytest -q -p no:cacheprovider tests/test_tune_cluster.py >"$OUT/tests.txt" 2>&1
+    echo "exit $?" >>"$OUT/tests.txt" ;;
+  *) echo "call.sh: tune, ab or sweep, not ${1:-nothing}"; exit 2 ;;
+esac
+cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
