@@ -48,7 +48,8 @@ if not torch.cuda.is_available():
 # float32 262147 on a persistent grid, bfloat16 262147 streamed), 600001 its streaming path. The entries between
 # the sweeps' powers of two: register_cached's 1536 (3x1536 lean few rows, 6000x1536 lean many), 3072 and 6144
 # (1500x6144 lean many in 16 bits), cluster's 10240, 20480, 81920 and 151936 (float32 2 to 12 CTAs, bfloat16 3 to 10),
-# 524288 one cluster per row and bfloat16 1048576 resident on 16 CTAs.
+# 524288 one cluster per row and bfloat16 1048576 resident on 16 CTAs. cluster's entries for decode-time rows, 16 CTAs
+# held as floats on a persistent grid: 2x131072 (16-bit, 256 x 32), 2x151936 (float32) and 2x200000 (256 x 64).
 SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3, 700), Shape(4, 1025),
           Shape(3, 3000, 3007),
           Shape(2, 8191), Shape(2, 16384), Shape(2, 65537, 65600), Shape(3, 12001), Shape(2, 40000),
@@ -57,7 +58,7 @@ SHAPES = [Shape(3, 1), Shape(5, 33), Shape(7, 100, 133), Shape(5, 300), Shape(3,
           Shape(3, 2000), Shape(2, 2047, 2051), Shape(5, 120), Shape(4, 400), Shape(3, 776),
           Shape(40000, 64), Shape(30000, 256), Shape(1300, 4096),
           Shape(3, 1536), Shape(6000, 1536), Shape(2, 3072), Shape(2, 6144), Shape(1500, 6144), Shape(2, 10240),
-          Shape(2, 20480), Shape(2, 81920), Shape(2, 151936), Shape(1, 524288), Shape(1, 1048576)]
+          Shape(2, 20480), Shape(2, 81920), Shape(2, 131072), Shape(2, 151936), Shape(1, 524288), Shape(1, 1048576)]
 
 # The other operators: their own edge shapes (vector lengths for vector_add).
 CASES = {"softmax": SHAPES}

@@ -231,14 +231,15 @@ def test_cluster_shapes_and_plans():
 def test_decode_rows_take_entries_of_their_own_beyond_the_decode_sweeps_rows():
     """The tables' entries for a few rows of a vocabulary (kFewRows in csrc/softmax/cluster.cu) hold at every row
     count of the decode sweep (lab/inputs.py, DECODE_ROWS) and spread each row over at least as many CTAs as the entry
-    for more rows; 16-bit 256000 switches back at 32 rows, float32 151936 at 16, as measured."""
+    for more rows; 16-bit 256000 and float32 151936 switch back at 64 rows, float32 256000 at 32, as measured."""
     from lab.inputs import DECODE_ROWS
 
     plan = torch.ops.lab_tune.cluster_plan
     # (dtype, N, the most rows the entry for few rows takes, whether the entry for many rows starts at the next)
     for dtype, n, last, switches in ((torch.bfloat16, 32000, max(DECODE_ROWS), False),
                                      (torch.bfloat16, 128256, max(DECODE_ROWS), False),
-                                     (torch.bfloat16, 256000, 31, True), (torch.float32, 151936, 15, True)):
+                                     (torch.bfloat16, 256000, 63, True), (torch.float32, 151936, 63, True),
+                                     (torch.float32, 256000, 31, True)):
         few, many = list(plan(n, dtype, last)), list(plan(n, dtype, 4096))
         assert few == list(plan(n, dtype, 1)) and few != many, (n, dtype, few, many)
         assert few[1] >= many[1], (n, dtype, few, many)

@@ -51,8 +51,8 @@ constexpr int64_t kMaxCols = 262144;
 // kLossPlan32, kGradPlan16) name for rows of up to kMaxCols, by dtype: the only ones compiled with LOSS.
 // cross_entropy_cluster_max_cols stops below the first row length whose plan names another, so a table change that
 // needs one more shows there (tests/test_cuda_compile.py).
-constexpr int kShapes32[] = {12, 13, 14, 15, 16, 32};
-constexpr int kShapes16[] = {0, 1, 18, 20, 21, 26, 31, 33, 40};
+constexpr int kShapes32[] = {6, 12, 13, 14, 16, 32};
+constexpr int kShapes16[] = {0, 1, 4, 6, 18, 20, 21, 26, 31, 33};
 
 template <typename T>
 constexpr bool compiled_for(int shape) {

@@ -49,17 +49,17 @@ namespace {
 // - Entries between the powers of two (12288, 40960, 24576, ...): a shape chosen at its longest row leaves each
 //   CTA's slice partly empty at shorter rows (float32 20480 over 8 CTAs of 256 x 16: 74% of a copy; over 5, full:
 //   97.1%), so such lengths get a shape filled on their cluster size.
-// - Decode-time rows (a few rows of a vocabulary, fewer than kFewRows): where the entry for many rows spreads each
-//   row over few CTAs, a few rows keep few SMs busy. Their entries spread each row wider: every shape at 1 to 64
-//   rows of 32000, 128256 and 256000 bfloat16 elements and 1 to 32 of 151936 and 256000 float32 ones, one stretch
-//   each on the H200 (notebook/decode-rows/; percent of a copy against the table's launch before, stagger included,
-//   at each row count): 32000 over 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.08-1.16x the 4
-//   packed CTAs; 128256 over 16 CTAs of 128 x 64 held as floats, one row a CTA (one exponential an element),
-//   1.01-1.07x the packed 128 x 64 at 1 to 4 rows, 0.98-1.03x from 8 (and 1.12-1.17x the 4 CTAs for many rows in
-//   an earlier run); 256000 over 16 CTAs of 256 x 64 packed and staged up to 31 rows (1.18x at 1 row, 1.05x at 8 in
-//   an earlier run; 1.11x at 16, level at 32, at 64 the staggered entry for many rows 1.12x faster; no shape was 3%
-//   faster at 1 to 8 rows); float32 151936 over 16 CTAs of 256 x 64 up to 15 rows, 1.03-1.05x the 12 CTAs of
-//   128 x 128 (0.88x at 16 rows).
+// - Decode-time rows (a few rows of a vocabulary: fewer than kFewRows, or than an entry's min_rows): where the entry
+//   for many rows spreads each row over few CTAs, a few rows keep few SMs busy, so their entries spread each row
+//   wider. 32000: 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.08-1.16x the 4 packed CTAs
+//   (notebook/decode-rows/). The others from every launch at 1 to 64 rows timed in 5 interleaved rounds with the
+//   copy on the H200 (notebook/decode-table-in-rounds/; against the table's launch before, its stagger included):
+//   128256 over 16 CTAs of 256 x 32 held as floats on a persistent grid, 1.03/1.05/1.11x at 16/32/64 bfloat16 rows
+//   (float16 1.14x at 64), level at 1 to 8 (one cluster a row, notebook/decode-rows/); 16-bit 256000 and float32
+//   151936 over 16 CTAs of 256 x 64 held as floats on a persistent grid up to 63 rows, level at 1 to 16 rows, 1.17x
+//   and 1.12x at 32, where at 64 the staggered entries for many rows stay ahead (1.02x, 1.03x); float32 256000 the
+//   same up to 31 rows, 1.03-1.09x at 1 to 16, where at 32 the staggered entry stays ahead (1.07x). A persistent grid
+//   launches one cluster a row while the rows fit at once, more rows looping, the next row staged ahead.
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
 // The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
 // rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
@@ -86,9 +86,10 @@ constexpr PlanEntry kPlan32[] = {  // float32
     {98304, 16, 6, false, 0, {4, 500}},
     {114688, 16, 7, false, 0, {4, 500}},
     {131072, 16, 8, false, 0, {4, 500}},
-    {196608, 32, 12, false, 16, {6, 1000}},
-    {196608, 15, 16, false},
-    {262144, 32, 16, false, 0, {6, 1000}},
+    {196608, 32, 12, false, 64, {6, 1000}},
+    {196608, 6, 16, true},
+    {262144, 32, 16, false, 32, {6, 1000}},
+    {262144, 6, 16, true},
     {524288, 17, 16, false},
 };
 constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
@@ -109,10 +110,10 @@ constexpr PlanEntry kPlan16[] = {  // float16, bfloat16 (measured in bfloat16)
     {65536, 18, 8, false, 0, {4, 500}},
     {98304, 31, 6, false, 0, {6, 1000}},
     {131072, 26, 4, false, kFewRows, {6, 1000}},
-    {131072, 40, 16, false},
+    {131072, 4, 16, true},
     {163840, 31, 10, false, 0, {6, 1000}},
-    {262144, 31, 16, false, 32, {6, 1000}},
-    {262144, 21, 16, false},
+    {262144, 31, 16, false, 64, {6, 1000}},
+    {262144, 6, 16, true},
     {524288, 23, 16, false},
     {1048576, 29, 16, false},
 };
