@@ -521,7 +521,8 @@ def test_a_planted_variant_is_found_built_and_registered(tmp_path):
          "print(op.out._schema)\n"
          "try:\n    op(torch.ones(3), torch.ones(3))\nexcept RuntimeError as e:\n    print(e)\n"
          "print(hasattr(torch.ops.lab, 'cluster'))"],
-        cwd=root, capture_output=True, text=True)
+        # without PYTHONPATH: a checkout on it (its lab a regular package) would be imported before the copy's lab/
+        cwd=root, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr[-3000:]
     lines = probe.stdout.splitlines()
     assert lines[0] == "lab::vector_add_planted(Tensor a, Tensor b) -> Tensor"
