@@ -8,6 +8,8 @@
 #   sweep  (carrying .peers2, after calls carrying .peersA and .peersB on the same warm machine): the decode sweep with
 #          QuACK (the command of results/h200/decode/softmax/results.json), then softmax's randomized testing of the
 #          cluster kernel and the entries that route to it.
+#   profile (carrying .peers2, as sweep): Nsight Compute (scripts/profile.sh) on lab.auto and QuACK at the decode
+#          points where lab.auto still trailed QuACK most.
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
 set -uo pipefail
 source scripts/remote/device_call.sh
@@ -71,6 +73,16 @@ case ${1:-} in
     echo "exit $?" >>"$OUT/decode.txt"
     timeout -s INT 120 python -m lab.fuzz --op softmax --only cuda.cluster,cuda.auto,lab.auto --cases 2000 \
       --start 68000 --max-elements 4194304 --json "$OUT/fuzz_softmax.json" 2>&1 | grep -v "^W1" >"$OUT/fuzz_softmax.txt" ;;
-  *) echo "call.sh: tune, ab or sweep, not ${1:-nothing}"; exit 2 ;;
+  profile)
+    begin_peers_call >/dev/null
+    echo "commit=${LAB_COMMIT:-unknown}" >"$OUT/commit.txt"
+    for point in "8x151936 float32" "8x256000 float32" "1x256000 float16"; do
+      for variant in lab.auto peer.quack; do
+        echo "== $variant $point"
+        # shellcheck disable=SC2086
+        timeout 150 bash scripts/profile.sh $variant $point
+      done
+    done >"$OUT/profile.txt" 2>&1 ;;
+  *) echo "call.sh: tune, ab, sweep or profile, not ${1:-nothing}"; exit 2 ;;
 esac
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
