@@ -52,14 +52,14 @@ namespace {
 // - Decode-time rows (a few rows of a vocabulary: fewer than kFewRows, or than an entry's min_rows): where the entry
 //   for many rows spreads each row over few CTAs, a few rows keep few SMs busy, so their entries spread each row
 //   wider. 32000: 8 CTAs of 128 x 32 held as floats, staged two rows ahead, 1.08-1.16x the 4 packed CTAs
-//   (notebook/decode-rows/). The others from every launch at 1 to 64 rows timed in 5 interleaved rounds with the
-//   copy on the H200 (notebook/decode-table-in-rounds/; against the table's launch before, its stagger included):
-//   128256 over 16 CTAs of 256 x 32 held as floats on a persistent grid, 1.03/1.05/1.11x at 16/32/64 bfloat16 rows
-//   (float16 1.14x at 64), level at 1 to 8 (one cluster a row, notebook/decode-rows/); 16-bit 256000 and float32
-//   151936 over 16 CTAs of 256 x 64 held as floats on a persistent grid up to 63 rows, level at 1 to 16 rows, 1.17x
-//   and 1.12x at 32, where at 64 the staggered entries for many rows stay ahead (1.02x, 1.03x); float32 256000 the
-//   same up to 31 rows, 1.03-1.09x at 1 to 16, where at 32 the staggered entry stays ahead (1.07x). A persistent grid
-//   launches one cluster a row while the rows fit at once, more rows looping, the next row staged ahead.
+//   (notebook/decode-rows/). The others from every launch at 1 to 64 rows (128256: 16 to 64) timed in 5 interleaved
+//   rounds with the copy on the H200 (notebook/decode-table-in-rounds/; against the table's launch before, its stagger
+//   included): 128256 over 16 CTAs of 256 x 32 held as floats on a persistent grid, 1.03/1.05/1.11x at 16/32/64
+//   bfloat16 rows (float16 1.14x at 64), level at 1 to 8 (one cluster a row, notebook/decode-rows/); 16-bit 256000 and
+//   float32 151936 over 16 CTAs of 256 x 64 held as floats on a persistent grid up to 63 rows, level at 1 to 16 rows,
+//   1.17x and 1.12x at 32, where at 64 the staggered entries for many rows stay ahead (1.02x, 1.03x); float32 256000
+//   the same up to 31 rows, 1.03-1.09x at 1 to 16, where at 32 the staggered entry stays ahead (1.07x). A persistent
+//   grid launches one cluster a row while the rows fit at once, more rows looping, the next row staged ahead.
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
 // The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
 // rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
