@@ -61,8 +61,9 @@ namespace {
 //   the same up to 31 rows, 1.03-1.09x at 1 to 16, where at 32 the staggered entry stays ahead (1.07x). A persistent
 //   grid launches one cluster a row while the rows fit at once, more rows looping, the next row staged ahead.
 // - A stagger only where measured to help (see Stagger): one CTA per row lost with every stagger tried.
-// The most rows the decode entries take, plus one: the decode sweep's most rows (64, DECODE_ROWS in lab/inputs.py)
-// rounded up to a power of two, where the entries for many rows start (tests/test_gpu.py).
+// Where the entries for many rows start at 32767 and 131072 elements (the decode entries take fewer): the decode
+// sweep's most rows (64, DECODE_ROWS in lab/inputs.py) rounded up to a power of two (tests/test_gpu.py). The other
+// entries for many rows start where measured (min_rows 32 to 4096).
 constexpr int64_t kFewRows = 128;
 
 struct PlanEntry {
