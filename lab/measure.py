@@ -220,9 +220,7 @@ def time_point(op: Operator, runnable: list[Runnable], sweep: str, shape: inputs
         if op.ceiling is not None:
             calls[CEILING] = op.ceiling(*case)  # the operator's matmuls alone, in the same rounds
         else:
-            src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device).fill_(7)
-            dst = torch.empty_like(src)
-            calls[CEILING] = lambda: dst.copy_(src)  # the copy of the same bytes, in the same rounds
+            calls[CEILING] = bench.copy_call(nbytes, device)  # the copy of the same bytes, in the same rounds
         warm = [n for n in calls if n != CEILING and checked[n][0].selection_ms is not None]  # warmed up moments ago
         timings = bench.time_rounds(calls, device, args.warmup, args.rep, args.cudagraph, args.flush_mb,
                                     args.rounds, warm=warm)

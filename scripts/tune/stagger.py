@@ -102,9 +102,7 @@ def measure(shape: inputs.Shape, dtype: torch.dtype, grid: list[tuple[int, int]]
                      f"step {ns} ns failed: {res.summary()}")
         calls[f"{g}:{ns}"] = lambda run=run: run(x)
     del ref
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").fill_(7)
-    dst = torch.empty_like(src)
-    calls["copy"] = lambda: dst.copy_(src)
+    calls["copy"] = bench.copy_call(nbytes, "cuda")
     timings = bench.time_rounds(calls, x.device, rounds=rounds, host_check=False)
     copy_ms = timings.pop("copy").median_ms
     rows = [{"groups": int(k.split(":")[0]), "step_ns": int(k.split(":")[1]), "us": t.median_ms * 1e3,

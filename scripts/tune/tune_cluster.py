@@ -135,9 +135,7 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, shapes: l
         copy_ms = bench.copy_ceiling(nbytes, x.device).median_ms
         ms = {name: bench.time_gpu(fn, rep_ms=50).median_ms for name, fn in calls.items()}
     else:
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device=x.device).fill_(7)
-        dst = torch.empty_like(src)
-        calls["copy"] = lambda: dst.copy_(src)
+        calls["copy"] = bench.copy_call(nbytes, x.device)
         ms = {name: t.median_ms for name, t in bench.time_rounds(calls, x.device, rounds=rounds,
                                                                   host_check=False).items()}
         copy_ms = ms.pop("copy")

@@ -76,9 +76,7 @@ def main() -> None:
                     print(f"{dtype_name} {args.rows}x{vocab} {name}: differs from the default launch")
                     continue
                 calls[name] = call
-            src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
-            dst = torch.empty_like(src)
-            calls["copy"] = lambda dst=dst, src=src: dst.copy_(src)
+            calls["copy"] = bench.copy_call(nbytes, device)
             timings = bench.time_rounds(calls, device, rep_ms=args.rep, rounds=3, host_check=False)
             copy = bench.gbps(nbytes, timings["copy"].median_ms)
             ranked = sorted(((bench.gbps(nbytes, t.median_ms), n) for n, t in timings.items() if n != "copy"),
