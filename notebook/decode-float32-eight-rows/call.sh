@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device calls of this folder's README, on a machine of one GPU. Run from the repository root:
 #   tune   (the build carried as .labso/cur.so.xz): every launch of cuda.cluster at float32 rows of 151936 and 256000,
-#          1 to 32 rows, the new 256 x 80 shape among them, timed in 5 interleaved rounds with the copy
-#          (scripts/tune/tune_cluster.py --rounds 5); then the new shape's GPU tests and the four sanitizers over it.
+#          at 1, 2, 4, 8, 12, 16 and 32 rows (ROWS="9 10 11": those instead), the new 256 x 80 shape among them, timed
+#          in 5 interleaved rounds with the copy (scripts/tune/tune_cluster.py --rounds 5); then the new shape's GPU
+#          tests and the four sanitizers over it (ROWS set: the timing alone).
 #   ab     (.labso/cur.so.xz the build after, .labso/old.so.xz before): cuda.cluster before and after in separate
 #          processes, alternated, at the float32 decode points; then the GPU tests that read the tables, the four
 #          sanitizers over softmax's and cross-entropy's cluster kernels, and cross-entropy's randomized testing.
@@ -26,9 +27,10 @@ case ${1:-} in
     begin_call >/dev/null
     echo "commit=${LAB_COMMIT:-unknown}" >"$OUT/commit.txt"
     # shellcheck disable=SC2046
-    timeout -s INT 200 python scripts/tune/tune_cluster.py --rounds 5 --dtype float32 $(shapes 1 2 4 8 12 16 32) \
-      --json "$OUT/tune.json" >"$OUT/tune.txt" 2>&1
+    timeout -s INT 200 python scripts/tune/tune_cluster.py --rounds 5 --dtype float32 \
+      $(shapes ${ROWS:-1 2 4 8 12 16 32}) --json "$OUT/tune.json" >"$OUT/tune.txt" 2>&1
     echo "exit $?" >>"$OUT/tune.txt"
+    [ -n "${ROWS:-}" ] && { cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .; exit; }
     timeout -s INT 300 python -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_gpu.py -k 256x80 \
       >"$OUT/tests.txt" 2>&1 &
     sanitize 300 --op softmax --tuning-shapes-only --tuning-label 256x80s0 ;;
