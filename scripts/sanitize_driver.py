@@ -250,37 +250,33 @@ if "softmax" in wanted and only("cuda.register_cached"):
     print(f"softmax register_cached peeled rows: ran {ran} shape and dtype cases", flush=True)
 
 
-# cluster's launch-table entries for more rows (min_rows in cluster.cu), which the shapes above, a few rows each, never
-# reach: at each row length where the plan changes with the rows (read at every power of two of rows up to 4096, where
-# the entries start: tests/test_gpu.py), each plan that one row does not get (its shape, cluster and grid, through
-# the tuning op) on 64 rows, and 1024 rows through the variant where the plan for 1024 rows is not one row's (more
-# rows cost the CPU's float64 reference and the sanitizers' slowdown, not coverage: the kernel is the same). Under
-# synccheck a plan of more than 8 CTAs a row runs on SYNCCHECK_ROWS rows, not through the variant.
+# cluster's launch-table entries for many rows (min_rows in cluster.cu), which the shapes above, a few rows each, never
+# reach: at each row length where the plan for 4096 rows differs from the plan for few, that launch (its shape, cluster
+# and grid, through the tuning op) on 64 rows of it, and 1024 rows through the variant where the plan for 1024 rows
+# differs too (more rows cost the CPU's float64 reference and the sanitizers' slowdown, not coverage: the kernel is
+# the same). Under synccheck a plan of more than 8 CTAs a row runs on SYNCCHECK_ROWS rows, not through the variant.
 # These plans are for rows on 16-byte boundaries: where the entry's longest row is not whole packs (32767), a
 # contiguous input's rows would be shifted rows, which their own table takes, so the longest row of the entry that is
 # whole packs runs instead (the entry's plans checked to hold there).
 if "softmax" in wanted and only("cuda.cluster"):
     op = operators.get("softmax")
     ran = 0
-    counts = [2**k for k in range(13)]
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for n in cluster_thresholds(dtype):
-            plans = [list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in counts]
-            tiers = [p for i, p in enumerate(plans) if p != plans[0] and p not in plans[:i]]
-            if not tiers:
+            few, some, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024, 4096))
+            if few == many:
                 continue
             n = whole_packs(n, dtype)
-            assert [list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in counts] == plans, (n, dtype)
-            for plan in tiers:
-                run_checked(op, f"cluster more rows {plan}",
-                            lambda t, p=plan: torch.ops.lab_tune.cluster(t, p[0], p[1], bool(p[2]), p[3], p[4]),
-                            Shape(SYNCCHECK_ROWS if synccheck_limits(plan[1]) else 64, n), dtype)
-                ran += 1
-            some = plans[counts.index(1024)]
-            if some != plans[0] and not synccheck_limits(some[1]):
+            assert [list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 1024, 4096)] == [
+                few, some, many], (n, dtype)
+            run_checked(op, f"cluster many rows {many}",
+                        lambda t, p=many: torch.ops.lab_tune.cluster(t, p[0], p[1], bool(p[2]), p[3], p[4]),
+                        Shape(SYNCCHECK_ROWS if synccheck_limits(many[1]) else 64, n), dtype)
+            ran += 1
+            if some != few and not synccheck_limits(some[1]):
                 run_checked(op, "cluster 1024 rows", torch.ops.lab.cluster, Shape(1024, n), dtype)
                 ran += 1
-    print(f"softmax cluster entries for more rows: ran {ran} shape and dtype cases", flush=True)
+    print(f"softmax cluster entries for many rows: ran {ran} shape and dtype cases", flush=True)
 
 
 # tiled_rows' tiles: contiguous rows of odd N, whose tiles start at every distance from a 16-byte boundary, over

@@ -3,7 +3,6 @@ the edge shapes and the special rows, torch.library.opcheck on the CUDA ops, the
 bad inputs, and 64-bit indexing (more than 2^31 elements). The peers (other projects' kernels, optional
 packages) are checked on the shapes they take, and skipped with the reason where not installed."""
 
-import itertools
 import math
 
 import pytest
@@ -241,24 +240,26 @@ def test_cluster_stagger_changes_no_result(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
-def test_cluster_plan_for_more_rows(dtype):
-    """Where the launch table has entries for more rows (min_rows in cluster.cu), they run: at each row length
-    where the plan changes with the rows, it changes only at powers of two of rows, and at each change the plan
-    from there and the one just below run (bitwise against the tuned op with the same shape and cluster), as do one
-    row and 4096, each at the entry's longest row or, where that row is not whole 16-byte packs (a contiguous input's
-    rows would be shifted rows, which their own table takes), at the longest that is."""
+def test_cluster_plan_for_many_rows(dtype):
+    """Where the launch table has an entry for many rows (min_rows in cluster.cu), that entry runs: at
+    each row length the plan changes with the rows, the plan changes once, at a power of two of rows, and
+    4096 rows of it run that entry (bitwise against the tuned op with the same shape and cluster), one row and one
+    fewer than its start the entry for fewer rows, each at the entry's longest row or, where that row is not whole
+    16-byte packs (a contiguous input's rows would be shifted rows, which their own table takes), at the longest
+    that is."""
     cuda_variants.load_extension()
     checked = 0
-    counts = sorted({*range(1, 2**20, 97), *(2**k + d for k in range(21) for d in (-1, 0))})
     for n in cuda_variants.cluster_thresholds(dtype):
-        plans = {rows: list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in counts}
-        starts = [b for a, b in itertools.pairwise(counts) if plans[a] != plans[b]]
-        if not starts:
+        few, many = (list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in (0, 4096))
+        if few == many:
             continue
-        assert all(b & (b - 1) == 0 for b in starts), f"N={n}: the plan changes at {starts} rows, not powers of two"
+        counts = {*range(1, 2**20, 97), *(2**k + d for k in range(21) for d in (-1, 0))}
+        plans = {rows: list(torch.ops.lab_tune.cluster_plan(n, dtype, rows)) for rows in counts}
+        start = min(rows for rows, plan in plans.items() if plan == many)
+        assert start & (start - 1) == 0, f"N={n}: the entry for many rows starts at {start} rows, not a power of two"
+        assert all(plan == (many if rows >= start else few) for rows, plan in plans.items()), (n, start)
         aligned = whole_packs(n, dtype)
-        for rows in sorted({1, 4096, *starts, *(b - 1 for b in starts)}):
-            plan = plans[rows]
+        for rows, plan in ((4096, many), (1, few), (start - 1, few)):
             assert list(torch.ops.lab_tune.cluster_plan(aligned, dtype, rows)) == plan, (n, aligned, rows)
             x = inputs.make_input(Shape(rows, aligned), dtype, "cuda")
             y = torch.ops.lab.cluster(x)
@@ -267,7 +268,7 @@ def test_cluster_plan_for_more_rows(dtype):
             assert res.ok, f"{rows}x{aligned} {dtype_name(dtype)} plan {plan}: {res.summary()}"
         checked += 1
     if not checked:
-        pytest.skip(f"cluster.cu's {dtype_name(dtype)} plan has no entry for more rows (min_rows)")
+        pytest.skip(f"cluster.cu's {dtype_name(dtype)} plan has no entry for many rows (min_rows)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)

@@ -94,9 +94,6 @@ constexpr ResidentShape kResidentShapes[] = {
     // one exponential per element, at the 80 registers that hold three 256-thread CTAs an SM (with the row loop
     // the float-held 256 x 64 shapes spilled 56-112 bytes there).
     {256, 64, 1, false, true}, {128, 64, 1, false, true},
-    // 256 threads holding 80 elements as floats, loaded straight: QuACK's CTA for a few float32 rows of 151936 over 8
-    // CTAs (18992 elements each, 76 a thread), which no power-of-two shape fills (256 x 64 holds 16384, 512 x 64 32768).
-    {256, 80, 0},
 };
 constexpr int kResidentShapeCount = sizeof(kResidentShapes) / sizeof(ResidentShape);
 
