@@ -1,17 +1,17 @@
 """Correctness: every variant against its operator's float64 reference on the same inputs.
 
-An element passes when |y - ref| <= rtol * scale + atol, with atol = max(atol_rel * max|ref row|,
-the dtype's smallest subnormal, float32's smallest normal: FLUSHED): tolerances scale with each row,
-so long rows of tiny probabilities are held to the same relative standard as short ones. The scale is |ref|, or what the
-operator says the rounding error of an element grows with (softmax_backward: its terms, since dx has
-cancellation). The whole output must also satisfy ||y - ref|| / ||scale|| <= norm_tol + twice the
-error of rounding the exact answer to the output dtype (no kernel can do better than that rounding:
-float16 probabilities of long rows are subnormal, on a grid coarser than norm_tol). For operators
-that sum along the row, rtol and norm_tol grow by u * sqrt(N) (see Tolerance.sums_rows): the
-float64 check showed torch.softmax itself off by 1.1e-5 in norm on a float32 row of 2^20. NaN and
-infinities must appear exactly where the reference has them (torch's semantics for -inf rows, +inf
-and NaN entries; an overflowing sum). Outputs are poisoned with NaN before the run, so an element
-the variant never wrote fails.
+An element passes when |y - ref| <= rtol * scale + atol, with atol = max(atol_rel * max|ref row|, the dtype's
+smallest subnormal, float32's smallest normal: FLUSHED): tolerances scale with each row, so long rows of tiny
+probabilities are held to the same relative standard as short ones. The scale is |ref|, or what the operator says
+the rounding error of an element grows with (softmax_backward: its terms, since dx has cancellation). The whole
+output must also satisfy ||y - ref|| / ||scale|| <= norm_tol + twice the error of rounding the exact answer to the
+output dtype (no kernel can do better than that rounding: float16 probabilities of long rows are subnormal, on a
+grid coarser than norm_tol). For operators that sum along the row, rtol and norm_tol grow by u * sqrt(N) (see
+Tolerance.sums_rows): the float64 check showed torch.softmax itself off by 1.1e-5 in norm on a float32 row of 2^20.
+NaN and infinities must appear exactly where the reference has them (torch's semantics for -inf rows, +inf and NaN
+entries; an overflowing sum), and where the reference lies beyond the output dtype's largest finite value (a float16
+gradient summed over many tokens), the infinity it rounds to. Outputs are poisoned with NaN before the run, so an
+element the variant never wrote fails.
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ subnormals start far above it and are held to their own grid (a cross-entropy gr
 times a probability of 1e-38, came out 0 from the CUDA kernel, where the row's atol was 1.4e-45)."""
 
 
+def as_held(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The reference as `dtype` holds it: an element beyond the dtype's largest finite value is the infinity it
+    rounds to (the one answer the dtype has), the others as they are."""
+    held = ref.to(dtype)
+    return torch.where(ref.isfinite() & ~held.isfinite(), held.to(ref.dtype), ref)
+
+
 def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: list[str] | None = None,
             tolerances: dict[torch.dtype, Tolerance] | None = None, scale: torch.Tensor | None = None) -> CheckResult:
     """Compare a variant's output with the float64 reference (see the module docstring). Tolerances
@@ -77,6 +84,7 @@ def compare(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, row_labels: 
     worst, worst_at, mismatches, diff_sq, ref_sq = -math.inf, (0, 0, math.nan, math.nan), 0, 0.0, 0.0
     for rows in blocks:
         y64, ref_b = y[rows].double(), ref[rows]
+        ref_b = as_held(ref_b, dtype)
         # NaN and infinities must appear exactly where the reference has them (the same infinity); the
         # tolerances apply to the finite elements.
         ref_special = ~ref_b.isfinite()
@@ -246,18 +254,20 @@ float64 tolerance is the bar."""
 def framework_bound(y: torch.Tensor, framework: torch.Tensor | list[torch.Tensor], ref: torch.Tensor, tol: Tolerance,
                     scale: torch.Tensor | None = None, zero_ref_scale: torch.Tensor | None = None) -> CheckResult:
     """A passed comparison held to PyTorch's own error as well: max|y - ref| <= FRAMEWORK_ERROR_FACTOR *
-    max|framework - ref| + floor * max(scale) over the elements where the reference is finite (framework: PyTorch's
-    result, or a list of its results by several recipes, whose largest finite error counts), scale the operator's
-    error scale (|ref| without one), as in compare, floor the larger of atol_rel and half a 16-bit output's eps (times
-    the largest value: half an ulp to an ulp of it, as far as a result summed in another order may round; for every
-    operator held to PyTorch's error). The floor keeps a framework that happens to be exact from failing every rounding:
-    a soft-capped row of one logit has loss and gradient 0, which PyTorch gets exactly and a kernel that computes the
-    cap twice gets a float32 ulp of it off (GPU fuzz, bfloat16 2 x 1); |ref| is 0 there, the scale is not. And
-    PyTorch's 16-bit result may land 0.4 ulp from the exact one where one summed in another order lands 1.1 ulps
-    off (a head's bfloat16 dW of values up to 12, its cross-entropy in float32: CPU fuzz). worst_ratio: the share of
-    that bound taken. zero_ref_scale: where |ref| is the floor's and is 0 everywhere, the error scale that floors it
-    instead (a vocabulary of one class with label smoothing: every gradient exactly 0, which PyTorch's formula gets
-    and the kernel's, 1 - 0.9 - 0.1 in float32, misses by 2e-8 of its scale: GPU fuzz)."""
+    max|framework - ref| + floor * max(scale) over the elements where the reference is finite in y's dtype
+    (framework: PyTorch's result, or a list of its results by several recipes, whose largest finite error counts),
+    scale the operator's error scale (|ref| without one), as in compare, floor the larger of atol_rel and half a
+    16-bit output's eps (times the largest value: half an ulp to an ulp of it, as far as a result summed in another
+    order may round; for every operator held to PyTorch's error). The floor keeps a framework that happens to be
+    exact from failing every rounding: a soft-capped row of one logit has loss and gradient 0, which PyTorch gets
+    exactly and a kernel that computes the cap twice gets a float32 ulp of it off (GPU fuzz, bfloat16 2 x 1); |ref|
+    is 0 there, the scale is not. And PyTorch's 16-bit result may land 0.4 ulp from the exact one where one summed
+    in another order lands 1.1 ulps off (a head's bfloat16 dW of values up to 12, its cross-entropy in float32: CPU
+    fuzz). worst_ratio: the share of that bound taken. zero_ref_scale: where |ref| is the floor's and is 0
+    everywhere, the error scale that floors it instead (a vocabulary of one class with label smoothing: every
+    gradient exactly 0, which PyTorch's formula gets and the kernel's, 1 - 0.9 - 0.1 in float32, misses by 2e-8 of
+    its scale: GPU fuzz)."""
+    ref = as_held(ref, y.dtype)  # an answer beyond the dtype is its infinity, whose placement compare checked
     finite = ref.isfinite()
     if not finite.any():
         return CheckResult(True, 0.0, 0.0)

@@ -332,47 +332,63 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     kinds = HEAD_KINDS if args.op in HEADS else CROSS_ENTROPY_KINDS if args.op in LOSSES else KINDS
-    for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
-                                         args.start, kinds)):
-        # Which variants take the case is known before its input is made: a case none of them takes (a run
-        # --only the variants limited to some shapes) costs no input and no reference.
-        shape = case_shape(case, args.op, args.max_elements)
-        takers = []
-        for v in runnable:
-            c = counts[v.name]
-            if v.per_shape and k >= args.per_shape_cases:
-                c["not drawn"] += 1
-            elif v.skip_reason(shape, dtype := getattr(torch, case.dtype), case.offset * dtype.itemsize):
-                c["skipped"] += 1
-            else:
-                takers.append(v)
-        x = make(case, device) if takers else None
-        assert x is None or Shape.of(x) == case_shape(case), (Shape.of(x), case_shape(case))
-        if x is not None and op.name in LOSSES:
-            x = head_inputs(case, x, args.max_elements) if op.name in HEADS else cross_entropy_inputs(case, x)
-            for v in [v for v in takers if v.case_skip_reason(*x)]:
-                takers.remove(v)
-                counts[v.name]["skipped"] += 1
-        ref = op.reference(*(x if isinstance(x, tuple) else (x,))) if takers else None
-        for v in takers:
-            c = counts[v.name]
-            try:
-                problem = run_case(v, case, x, ref, op)
-            except Unavailable as e:
-                problem = f"unavailable: {e}"
-            c["cases"] += 1
-            if problem:
-                repro = f"python -m lab.fuzz --seed {case.seed} --case {case.index} --only {v.name}{drawn_as}"
-                c["mismatches"].append({"case": asdict(case), "problem": problem, "repro": repro})
-                print(f"MISMATCH {v.name} {case.describe()}: {problem}\n    reproduce: {repro}", flush=True)
-        if (k + 1) % 500 == 0:
-            print(f"{k + 1} cases in {time.perf_counter() - start:.0f} s", flush=True)
-            save(k + 1)  # a run cut short keeps what it did
+
+    def tally() -> dict[str, tuple[int, int, int, int]]:
+        return {name: (c["cases"], c["skipped"], c["not drawn"], len(c["mismatches"])) for name, c in counts.items()}
+
+    finished = (0, tally())  # the cases done and the counts after them, set in one step after each case
+    stopped = False
+    try:
+        for k, case in enumerate(cases(args.seed, args.cases, ns, args.max_elements, args.max_n, args.case,
+                                       args.start, kinds)):
+            # Which variants take the case is known before its input is made: a case none of them takes (a run
+            # --only the variants limited to some shapes) costs no input and no reference.
+            shape = case_shape(case, args.op, args.max_elements)
+            takers = []
+            for v in runnable:
+                c = counts[v.name]
+                if v.per_shape and k >= args.per_shape_cases:
+                    c["not drawn"] += 1
+                elif v.skip_reason(shape, dtype := getattr(torch, case.dtype), case.offset * dtype.itemsize):
+                    c["skipped"] += 1
+                else:
+                    takers.append(v)
+            x = make(case, device) if takers else None
+            assert x is None or Shape.of(x) == case_shape(case), (Shape.of(x), case_shape(case))
+            if x is not None and op.name in LOSSES:
+                x = head_inputs(case, x, args.max_elements) if op.name in HEADS else cross_entropy_inputs(case, x)
+                for v in [v for v in takers if v.case_skip_reason(*x)]:
+                    takers.remove(v)
+                    counts[v.name]["skipped"] += 1
+            ref = op.reference(*(x if isinstance(x, tuple) else (x,))) if takers else None
+            for v in takers:
+                c = counts[v.name]
+                try:
+                    problem = run_case(v, case, x, ref, op)
+                except Unavailable as e:
+                    problem = f"unavailable: {e}"
+                c["cases"] += 1
+                if problem:
+                    repro = f"python -m lab.fuzz --seed {case.seed} --case {case.index} --only {v.name}{drawn_as}"
+                    c["mismatches"].append({"case": asdict(case), "problem": problem, "repro": repro})
+                    print(f"MISMATCH {v.name} {case.describe()}: {problem}\n    reproduce: {repro}", flush=True)
+            finished = (k + 1, tally())
+            if (k + 1) % 500 == 0:
+                print(f"{k + 1} cases in {time.perf_counter() - start:.0f} s", flush=True)
+                save(k + 1)  # a run cut short keeps what it did
+    except KeyboardInterrupt:  # stopped (timeout -s INT): the case under way is not counted, the finished ones kept
+        stopped = True
+        for name, (ran, skipped, not_drawn, found) in finished[1].items():
+            c = counts[name]
+            c["cases"], c["skipped"], c["not drawn"] = ran, skipped, not_drawn
+            del c["mismatches"][found:]
+        print(f"\nstopped after {finished[0]} of {args.cases} cases: the counts below and --json are of those",
+              flush=True)
     print(f"\n{'variant':<24} {'cases':>7} {'skipped':>8} {'not drawn':>10} {'mismatches':>11}")
     for name, c in counts.items():
         print(f"{name:<24} {c['cases']:>7} {c['skipped']:>8} {c['not drawn']:>10} {len(c['mismatches']):>11}")
-    save(args.cases if args.case is None else 1)
-    return 1 if any(c["mismatches"] for c in counts.values()) else 0
+    save(finished[0])
+    return 1 if any(c["mismatches"] for c in counts.values()) else 130 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -325,6 +325,22 @@ def test_an_answer_the_dtype_cannot_hold_does_not_widen_the_norm_allowance():
     assert not res.ok and math.isfinite(res.rel_norm)
 
 
+def test_an_answer_beyond_the_dtype_is_the_infinity_it_rounds_to():
+    """Where the exact answer lies beyond the output dtype's largest finite value (a float16 gradient summed over many
+    tokens: -73062.8), the one answer the dtype holds is the infinity it rounds to: that infinity passes; the other
+    one, a finite value (saturated at 65504) and NaN fail. A value that rounds down to the largest stays finite."""
+    ref = torch.tensor([[1.0, 2.0, -73062.8, 65510.0]], dtype=torch.float64)
+    tolerances = {torch.float16: check.Tolerance(4e-3, 1e-3, 1e-3)}
+
+    def compare(third: float, fourth: float = 65504.0) -> bool:
+        y = torch.tensor([[1.0, 2.0, third, fourth]], dtype=torch.float16)
+        return check.compare(y, ref, torch.float16, tolerances=tolerances).ok
+
+    assert compare(-math.inf)
+    assert not compare(math.inf) and not compare(-65504.0) and not compare(math.nan)
+    assert not compare(-math.inf, math.inf), "65510 rounds to 65504 in float16, not to infinity"
+
+
 def _compare_cases():
     """Outputs that pass, fail by one element in a late row, fail by NaN/inf placement, and pass only
     through the norm's rounding allowance, with their references."""

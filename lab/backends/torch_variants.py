@@ -250,7 +250,7 @@ def build_head_chunked():
 
     def torch_chunked(x, weight, target, bias, options):
         loss, dx, dweight, dbias = head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32,
-                                                       losses.LOGITS_CHUNK_BYTES // x.element_size())
+                                                       losses.LOGITS_CHUNK_BYTES // x.element_size(), upcast=True)
         return loss.float(), dx, dweight, dbias
 
     return torch_chunked
@@ -280,8 +280,8 @@ register(Variant(
 register(Variant(
     name="torch.chunked",
     description="PyTorch a chunk of tokens at a time (a Python loop; 1 GiB of logits a chunk): each chunk's "
-                "logits, F.cross_entropy and its autograd gradient in the inputs' dtype, dx and dW by matmuls, dW "
-                "summed in float32",
+                "logits in the inputs' dtype, F.cross_entropy on them upcast to float32 and its autograd gradient "
+                "rounded back (as torch.eager's), dx and dW by matmuls, dW summed in float32",
     build=build_head_chunked, **LINEAR_CROSS_ENTROPY,
 ))
 
@@ -308,7 +308,7 @@ def build_head_chunked_loss():
     def torch_chunked_loss(x, weight, target, bias, options):
         with torch.no_grad():
             (loss,) = head_loss_and_grads(x, weight, target, bias, options, x.dtype, torch.float32,
-                                          losses.LOGITS_CHUNK_BYTES // x.element_size(), with_grad=False)
+                                          losses.LOGITS_CHUNK_BYTES // x.element_size(), with_grad=False, upcast=True)
         return (loss.float(),)
 
     return torch_chunked_loss
@@ -326,6 +326,7 @@ register(Variant(
 ))
 register(Variant(
     name="torch.chunked", description="PyTorch a chunk of tokens at a time without grad (1 GiB of logits a chunk): "
-                                      "each chunk's logits and F.cross_entropy in the inputs' dtype",
+                                      "each chunk's logits in the inputs' dtype, F.cross_entropy on them upcast to "
+                                      "float32 (as torch.eager's)",
     build=build_head_chunked_loss, **LINEAR_CROSS_ENTROPY_LOSS,
 ))

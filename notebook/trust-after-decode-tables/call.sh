@@ -7,6 +7,9 @@
 #      gradients, and the loss alone).
 #   2  the four sanitizers over every CUDA variant but the tuning shapes, a process a tool over softmax's variants and
 #      one over the other operators', and cross-entropy's randomized testing (with the gradient, and the loss alone).
+#   3  after the checker's and torch.chunked's changes (notebook/linear-cross-entropy-fuzz-mismatches/), side by side:
+#      the linear cross-entropy's randomized testing again, cross-entropy's with the gradient (call 2's stopped
+#      before its first 500 cases, so it kept nothing), and that folder's diagnose.py on the float32 cases.
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
 set -uo pipefail
 source scripts/remote/device_call.sh
@@ -38,7 +41,12 @@ case ${1:-} in
      done
      fuzz cross_entropy 3000 480 &
      fuzz cross_entropy_loss 3000 480 & ;;
-  *) echo "call.sh: 1 or 2, not ${1:-nothing}"; exit 2 ;;
+  3) fuzz linear_cross_entropy 2000 260 &
+     fuzz linear_cross_entropy_loss 2000 260 &
+     fuzz cross_entropy 3000 260 &
+     timeout 200 python notebook/linear-cross-entropy-fuzz-mismatches/diagnose.py 71082 71255 71484 71589 \
+       >"$OUT/diagnose.txt" 2>&1 & ;;
+  *) echo "call.sh: 1, 2 or 3, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
