@@ -82,10 +82,10 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
                         upcast: bool = False) -> tuple[torch.Tensor, ...]:
     """(loss, dx, dweight, dbias) of the head in `dtype`, a chunk of tokens at a time: each chunk's logits by one
     matmul in `dtype`, its rows' losses and their gradient by autograd through cross_entropy.loss_of in `dtype` (with
-    upcast, on the logits upcast to float32, the gradient rounded back to `dtype`, as autograd does through .float())
-    (ignored rows' gradient zero), each row's upstream gradient its weight in the whole loss; dx of the chunk by a
-    matmul; dweight and dbias, and the loss's sum, added up over the chunks in `sum_dtype`. Without with_grad, (loss,)
-    alone."""
+    upcast, on the logits upcast to float32, the gradient rounded back to `dtype`, as autograd does through .float(),
+    and the loss float32, as F.cross_entropy gives it there) (ignored rows' gradient zero), each row's upstream
+    gradient its weight in the whole loss; dx of the chunk by a matmul; dweight and dbias, and the loss's sum, added up
+    over the chunks in `sum_dtype`. Without with_grad, (loss,) alone."""
     m, k = x.shape
     n = weight.shape[0]
     xs, w = x.to(dtype), weight.to(dtype)
@@ -114,7 +114,8 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
         dweight += _product(dl.t(), xs[s:e], sum_dtype)
         if bias is not None:
             dbias += dl.to(sum_dtype).sum(0)
-    per_row = torch.cat(rows) if rows else torch.zeros(0, dtype=dtype, device=x.device)
+    loss_dtype = torch.float32 if upcast else dtype
+    per_row = torch.cat(rows) if rows else torch.zeros(0, dtype=loss_dtype, device=x.device)
     if options.reduction == "none":
         loss = per_row
     else:
@@ -122,8 +123,8 @@ def head_loss_and_grads(x: torch.Tensor, weight: torch.Tensor, target: torch.Ten
         if options.reduction == "mean":
             loss = loss / counted if counted else torch.full_like(loss, float("nan"))
     if not with_grad:
-        return (loss.to(dtype),)
-    return loss.to(dtype), dx, dweight.to(dtype), dbias.to(dtype)
+        return (loss.to(loss_dtype),)
+    return loss.to(loss_dtype), dx, dweight.to(dtype), dbias.to(dtype)
 
 
 def train_step(loss_fn):

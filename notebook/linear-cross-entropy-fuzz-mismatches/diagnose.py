@@ -1,8 +1,9 @@
 """Where the float32 loss of the linear cross-entropy's fuzz mismatches comes from: the logits' matmul, the loss's
 kernel, or the reduction. For each case (python -m lab.fuzz --op linear_cross_entropy --max-elements 4194304
 --max-n 8192, seed 0): the logits of one cuBLAS matmul against float64's (their largest error over the row's
-largest |x| . |w|), each row's loss by lab.cross_entropy on logits exact to float32 against float64's, and
-lab.linear_cross_entropy's loss three times against the float64 reference.
+largest |x| . |w|), each row's loss by lab.cross_entropy on logits exact to float32 against float64's, its mean
+with the gradient (the kernel's own reduction, as one chunk of the head takes it), and lab.linear_cross_entropy's
+loss three times without the gradient and three times with it (the training path), against the float64 reference.
 
     python notebook/linear-cross-entropy-fuzz-mismatches/diagnose.py 71082 71255 71484 71589
 """
@@ -31,12 +32,19 @@ for index in map(int, sys.argv[1:]):
     err = (kernel.double() - rows).abs()
     print(f"  rows' loss by the kernel on exact logits: largest error {err.max().item():.2e}, mean signed "
           f"{(kernel.double() - rows).mean().item():+.2e} (losses {rows.abs().mean().item():.3g})")
+    mean = losses.cross_entropy(exact.float().requires_grad_(), t, ignore_index=o.ignore_index, reduction=o.reduction,
+                                label_smoothing=o.label_smoothing, z_loss=o.z_loss, softcap=o.softcap)
+    counted = int((t != o.ignore_index).sum())
+    print(f"  the kernel's {o.reduction} with the gradient: {mean.item():.6f} against the rows' "
+          f"{(rows.sum() / (counted if o.reduction == 'mean' else 1)).item():.6f}")
     ref = linear_cross_entropy.reference(x, w, t, b, o)[0]
-    got = [losses.linear_cross_entropy(x, w, t, b, ignore_index=o.ignore_index, reduction=o.reduction,
-                                       label_smoothing=o.label_smoothing, z_loss=o.z_loss, softcap=o.softcap).item()
-           for _ in range(3)]
-    print(f"  lab.linear_cross_entropy: {', '.join(f'{g:.6f}' for g in got)} against {ref.item():.6f} "
-          f"(relative {max(abs(g - ref.item()) for g in got) / abs(ref.item()):.2e})")
+    for with_grad in (False, True):
+        got = [losses.linear_cross_entropy(x.detach().requires_grad_(with_grad), w, t, b, ignore_index=o.ignore_index,
+                                           reduction=o.reduction, label_smoothing=o.label_smoothing,
+                                           z_loss=o.z_loss, softcap=o.softcap).item() for _ in range(3)]
+        print(f"  lab.linear_cross_entropy {'with' if with_grad else 'without'} the gradient: "
+              f"{', '.join(f'{g:.6f}' for g in got)} against {ref.item():.6f} "
+              f"(relative {max(abs(g - ref.item()) for g in got) / abs(ref.item()):.2e})")
     eager = torch.nn.functional.cross_entropy(mm.float(), t, ignore_index=o.ignore_index, reduction=o.reduction,
                                               label_smoothing=o.label_smoothing) if not o.z_loss else None
     if eager is not None:
