@@ -445,6 +445,27 @@ def test_lab_cross_entropy_compiles_fullgraph(vocab, smoothing):
     assert rows[3].isnan() and x.grad[3].isnan().all() and x.grad[torch.arange(48, device="cuda") != 3].isfinite().all()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vocab", "smoothing"), [(257, 0.0), (257, 0.1), (1000, 0.0), (20000, 0.1)])
+def test_the_gradient_written_over_the_logits_leaves_each_rows_loss_as_it_is(vocab, smoothing):
+    """The Triton kernels' loss with the gradient written over the logits (inplace=True: what lab.linear_cross_entropy
+    does with each chunk) is bitwise the loss without the gradient, every row, every run: the target's logit is
+    taken as the row is read, never read again from memory that other warps are overwriting with the gradient
+    (the fused kernel at 257 and 1000, the looped one at 20000 with label smoothing; float32, many rows, twenty runs,
+    so that a race would show)."""
+    import lab
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    logits = torch.randn(8192, vocab, device="cuda", generator=g) * 4.0
+    target = torch.randint(0, vocab, (8192,), device="cuda", generator=g)
+    target[::8] = -100
+    alone = lab.cross_entropy(logits, target, reduction="none", label_smoothing=smoothing)
+    for _ in range(20):
+        x = logits.clone().requires_grad_()
+        rows = lab.cross_entropy(x, target, reduction="none", label_smoothing=smoothing, inplace=True)
+        assert torch.equal(rows, alone), f"{int((rows != alone).sum())} rows differ"
+
+
 def lab_step(fn, logits, target):
     x = logits.detach().clone().requires_grad_()
     loss = fn(x, target)

@@ -99,15 +99,20 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
         tl.store(loss_ptr + row, float("nan"))
     else:
         # Pass 1: the online (max, sum) per lane and the sum of the weights, over the row.
+        # The target's z is taken from the lanes as they read the row (zy: z at the target's lane, 0 elsewhere), not
+        # read again from memory: where dx is the logits themselves (the gradient written over them), a read after
+        # the reductions races the other warps' pass-2 stores, nothing ordering them.
         m = tl.full([BLOCK], -float("inf"), tl.float32)
         d = tl.zeros([BLOCK], tl.float32)
         sw = tl.zeros([BLOCK], tl.float32)
+        zy = tl.zeros([BLOCK], tl.float32)
         if WHOLE_ROW:  # one block: the row stays in registers for pass 2
             inside = cols < n_cols
             x = tl.load(x_row + cols, mask=inside, other=-float("inf")).to(tl.float32)
             z_row, dcap_row = _capped(x, softcap, SOFTCAP)
             z_row = tl.where(inside, z_row, -float("inf"))
             m, d = _online(z_row, m, d)
+            zy = tl.where(cols == target, z_row, zy)
             w_row = _weights(weight_ptr, cols, inside, HAS_WEIGHT)
             sw = w_row
         else:
@@ -118,6 +123,7 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
                             ).to(tl.float32)
                 z, _ = _capped(x, softcap, SOFTCAP)
                 m, d = _online(tl.where(inside, z, -float("inf")), m, d)
+                zy = tl.where(offs == target, z, zy)
                 sw += _weights(weight_ptr, offs, inside, HAS_WEIGHT)
         # lse = row_max + log(s), kept apart: the loss takes log(s) + (row_max - z_y) and p = exp(z - row_max) / s,
         # exact where z is near the max (an lse of 1e4 would lose z's last digits), and p without log(s)'s rounding
@@ -128,8 +134,7 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
         log_s = tl.log(s)
         lse = row_max + log_s
         sum_w = tl.sum(sw, axis=0)
-        x_y = tl.load(x_row + target).to(tl.float32)
-        z_y, _ = _capped(x_y, softcap, SOFTCAP)
+        z_y = tl.sum(zy, axis=0)  # one lane's z, zeros elsewhere: exact (-inf and NaN too)
         w_y = tl.load(weight_ptr + target).to(tl.float32) if HAS_WEIGHT else 1.0
         nll_scale = w_y * (1.0 - smoothing)
         smooth_scale = smoothing / n_cols
