@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from lab import check, operators
-from lab.env import quiet_third_party
+from lab.env import git_commit, quiet_third_party
 from lab.inputs import Shape, irregular, make_input
 from lab.registry import Unavailable, Variant, dtype_name, variants
 
@@ -322,11 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     drawn_as = (f" --max-elements {args.max_elements}" if args.max_elements != DEFAULT_MAX_ELEMENTS else "") + \
         (f" --max-n {args.max_n}" if args.max_n != MAX_N else "") + (f" --op {args.op}" if args.op != "softmax" else "")
 
+    commit = git_commit()  # the code the cases ran (LAB_COMMIT where the checkout's .git is not the code's)
+
     def save(done: int) -> None:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"op": args.op, "seed": args.seed, "start": args.start, "cases": done,
-                                             "asked": args.cases,
+                                             "asked": args.cases, "commit": commit,
                                              "device": str(device), "per_shape_cases": args.per_shape_cases,
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 

@@ -438,7 +438,7 @@ def merge_fuzz(parts: list[dict]) -> dict:
         raise SystemExit("trust: the fuzz parts differ in seed, --max-elements or --per-shape-cases")
     merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {},
               "parts": [{"start": p.get("start", 0), "cases": p["cases"], "asked": p.get("asked", p["cases"]),
-                         "variants": sorted(p["variants"])} for p in parts]}
+                         "variants": sorted(p["variants"]), "commit": p.get("commit")} for p in parts]}
     for part in parts:
         for name, c in part["variants"].items():
             into = merged["variants"].setdefault(name, {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []})
@@ -512,6 +512,7 @@ def fuzz_markdown(fz: dict) -> list[str]:
            f"{fz['cases']} seeded cases") + f" (seed {fz['seed']}, M * N up to "
           f"{fz.get('max_elements', 'the default')}) {against}.", "",
           *(f"- cases {p['start']} to {p['start'] + p['cases'] - 1}"
+            + (f" at commit `{p['commit']}`" if p.get("commit") else "")
             + (f" ({p['cases']} of the {p['asked']} asked: the run was stopped there)"
                if p.get("asked", p["cases"]) > p["cases"] else "") + ": "
             + (f"all {len(p['variants'])} variants" if set(p["variants"]) == set(fz["variants"])

@@ -115,7 +115,7 @@ def test_a_run_cut_short_keeps_the_cases_it_finished(tmp_path, monkeypatch, caps
     import json
 
     data = json.loads(out.read_text())
-    assert data["cases"] == 137 and data["asked"] == 1000
+    assert data["cases"] == 137 and data["asked"] == 1000 and data["commit"]  # the code the cases ran
     assert [data["variants"][name]["cases"] for name in ("torch.softmax", "torch.naive")] == [137, 137]
     assert "stopped after 137 of 1000 cases" in capsys.readouterr().out
 

@@ -96,7 +96,7 @@ def test_parts_of_a_split_run_add_up():
 def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path):
     part = {"seed": 0, "start": 0, "max_elements": 64, "per_shape_cases": 200, "cases": 500, "variants": {
         "cuda.cluster": {"cases": 450, "skipped": 50, "not drawn": 0, "mismatches": []}}}
-    later = {**part, "start": 500, "asked": 600, "variants": {  # stopped before its end
+    later = {**part, "start": 500, "asked": 600, "commit": "def456", "variants": {  # stopped before its end
         "cuda.cluster": {"cases": 480, "skipped": 20, "not drawn": 0, "mismatches": []}}}
     data = {"environment": {"commit": "abc", "date": "today", "gpu": "GPU"}, "fuzz": part,
             "large": {"shapes": "s", "command": "c", "summary": "ok"}, "citizenship": {}, "bad_inputs": {}}
@@ -109,8 +109,9 @@ def test_refuzz_rewrites_the_report_with_a_later_part_and_needs_no_gpu(tmp_path)
                                                                "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "trust.md").read_text()
-    assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md and "cases 500 to 999 (500 of the 600 asked" in md
-    assert "cases 0 to 499: " in md  # a part that ran to its end says nothing more
+    assert "| `cuda.cluster` | 930 | 70 | 0 | 0 |" in md
+    assert "cases 500 to 999 at commit `def456` (500 of the 600 asked" in md  # the commit its JSON names
+    assert "cases 0 to 499: " in md  # a part that ran to its end, of no commit named, says nothing more
     assert json.loads((tmp_path / "trust.json").read_text())["fuzz"]["cases"] == 1000
     # A cross_entropy part goes to its own section, the softmax one staying as it is.
     (tmp_path / "c.json").write_text(json.dumps({**part, "op": "cross_entropy", "cases": 40}))
