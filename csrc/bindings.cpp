@@ -529,7 +529,8 @@ TORCH_LIBRARY_IMPL(lab_tune, CPU, m) {
 //   torch.ops.lab_tune.softmax_backward_cluster(Tensor y, Tensor dy, int shape, int cluster, bool persistent)
 //       -> Tensor   dx from the kernel with that shape (an index of the shapes below), cluster size and grid
 //       (errors where the slice does not fit the shape's registers); shape -1: two_pass
-//   torch.ops.lab_tune.softmax_backward_cluster_shapes() -> int[]   [threads, packs per thread] per shape, flattened
+//   torch.ops.lab_tune.softmax_backward_cluster_shapes() -> int[]   [threads, packs per thread, dy in shared memory
+//       (1 or 0)] per shape, flattened
 //   torch.ops.lab_tune.softmax_backward_cluster_plan(int cols, ScalarType dtype, bool aligned=True) -> int[]
 //       [shape, cluster, persistent] of the launch table (shape -1: two_pass, past the registers)
 // and its register_cached's row shapes (notebook/backward-register-cached-shapes/):
@@ -583,7 +584,7 @@ at::Tensor tune_softmax_backward_cluster(const at::Tensor& y, const at::Tensor& 
 std::vector<int64_t> tune_softmax_backward_cluster_shapes() {
   const int* flat = nullptr;
   const int count = lab::softmax_backward_cluster_shapes(&flat);
-  return std::vector<int64_t>(flat, flat + 2 * count);
+  return std::vector<int64_t>(flat, flat + 3 * count);
 }
 
 std::vector<int64_t> tune_softmax_backward_cluster_plan(int64_t cols, at::ScalarType dtype, bool aligned) {

@@ -348,8 +348,8 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         pack = pack_elements(dtype)
-        for index in range(len(flat) // 2):
-            threads, packs = flat[2 * index], flat[2 * index + 1]
+        for index in range(len(flat) // 3):
+            threads, packs, _ = flat[3 * index:3 * index + 3]  # the third: dy in shared memory
             n = 2 * threads * packs * pack - 3 * pack
             for shape, c in ((Shape(3, n), 2), (Shape(9, n - 1), 2), (Shape(2, 8 * threads * packs * pack + 5), 16)):
                 for persistent in (True, False):

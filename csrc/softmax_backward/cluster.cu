@@ -3,7 +3,9 @@
 //
 // Algorithm: a cluster of C CTAs (1 to 16) owns a row; CTA r owns the r-th of C equal slices of it (whole 16-byte
 // packs). Each thread loads its packs of y and of dy straight into registers as loaded (16 bytes each, every load in
-// flight before the first use), sums dy * y over them in float32, and the row's sum s is reduced once per row: xor
+// flight before the first use), or, in the shapes that hold dy in shared memory, its packs of dy into its own
+// shared-memory slots by cp.async first (read back by the thread that copied them: no barrier) and y's into
+// registers, sums dy * y over them in float32, and the row's sum s is reduced once per row: xor
 // shuffles in each warp, then each warp's partial sent to every CTA of the cluster through distributed shared
 // memory (exchange_row with SumRule, lab/cluster_rows.cuh: st.async into each CTA's slots, completed on its
 // mbarrier; no cluster barrier per row). Each thread then writes dx = y * (dy - s) from its registers.
@@ -17,13 +19,16 @@
 // cluster per row (the hardware hands out rows as clusters retire).
 // Why: two_pass reads a row past one CTA's registers (16384 elements) twice (4R + 1W: 60% of a copy); one read
 // needs the whole row on chip, which only a cluster's registers hold. The sum is a plain float, so the exchange
-// carries one word per warp.
+// carries one word per warp. dy in shared memory: a float32 row of 262144 in registers alone needs 16 CTAs of one SM
+// each, and only 7 clusters of 16 are resident on an H200 (112 of its 132 SMs); in registers (y) and shared memory
+// (dy, 128 KB) together it fits 8 CTAs, and more SMs hold a cluster's CTA at once.
 // Limits: any M (rows past the grid's limit are looped over), any row strides; rows of up to kMaxCols32 float32 or
 // kMaxCols16 16-bit elements (the last plan entry: 16 CTAs of 512 threads holding 8 packs of each input); longer
 // rows take two_pass (2 reads of y and dy), so the variant's traffic model holds to those lengths.
 #include <algorithm>
 #include <cstdint>
 
+#include "lab/async_copy.cuh"
 #include "lab/cluster_rows.cuh"
 #include "lab/grad_words.cuh"
 
@@ -33,14 +38,19 @@ cudaError_t softmax_backward_two_pass(const RowsGradArgs& a, cudaStream_t stream
 
 namespace {
 
-// A CTA shape: threads, and 16-byte packs of y (and as many of dy) per thread. Its registers of row data are
-// 8 x packs (two inputs, 4 words a pack), whatever the dtype.
+// A CTA shape: threads, 16-byte packs of y (and as many of dy) per thread, and where dy is held: in registers (its
+// registers of row data are 8 x packs: two inputs, 4 words a pack, whatever the dtype) or in shared memory (4 x
+// packs registers; threads x packs x 16 bytes of shared memory, one CTA an SM past 113 KB). The two shapes of dy
+// in shared memory, 384 x 22 and 256 x 32, each hold a float32 row of 262144 over 8 CTAs (8192 packs a CTA) without
+// spilling in any dtype or form; 512 x 16 spilled 16 bytes in the shifted 16-bit form (128 registers at most for 512
+// threads).
 struct BackwardShape {
   int threads;
   int packs;
+  int dy_shared;  // 1: dy in shared memory
 };
 constexpr BackwardShape kShapes[] = {
-    {128, 4}, {256, 4}, {512, 4}, {128, 8}, {256, 8}, {512, 8},
+    {128, 4, 0}, {256, 4, 0}, {512, 4, 0}, {128, 8, 0}, {256, 8, 0}, {512, 8, 0}, {384, 22, 1}, {256, 32, 1},
 };
 constexpr int kShapeCount = sizeof(kShapes) / sizeof(BackwardShape);
 
@@ -83,12 +93,14 @@ constexpr int64_t kMaxCols16 = kPlan16[sizeof(kPlan16) / sizeof(PlanEntry) - 1].
 
 // Resident CTAs asked of __launch_bounds__: the row data plus about 40 registers for addresses and the loop (with 32,
 // 16-bit shifted rows spilled 8 bytes at 4 packs, 48-56 at 128 x 8).
-template <int THREADS, int PACKS>
-constexpr int kMinBlocks = std::max(1, 65536 / (THREADS * (8 * PACKS + 40)));
+template <int THREADS, int PACKS, bool DY_SHARED>
+constexpr int kMinBlocks = std::max(1, 65536 / (THREADS * ((DY_SHARED ? 4 : 8) * PACKS + 40)));
 
 // ALIGNED: every row of y, dy and dx starts on a 16-byte boundary (the shifted form's h is 0 and every pack whole).
-template <typename T, int THREADS, int PACKS, bool ALIGNED>
-__global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
+// DY_SHARED: dy's packs in dynamic shared memory, [PACKS][THREADS] (thread t's pack k at k * THREADS + t:
+// consecutive threads, consecutive 16 bytes), y's in registers.
+template <typename T, int THREADS, int PACKS, bool ALIGNED, bool DY_SHARED>
+__global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS, DY_SHARED>))
     softmax_backward_cluster_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
                                     int64_t rows, int cols, int64_t y_stride, int64_t dy_stride, int64_t dx_stride,
                                     int slice_packs) {
@@ -96,6 +108,8 @@ __global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
   constexpr int kWarps = THREADS / kWarpSize;
   static_assert(kWarps <= kMaxWarps, "the exchange has slots for kMaxWarps warps per CTA");
   __shared__ ExchangeOf<float> ex;
+  extern __shared__ __align__(kVecBytes) unsigned char dy_slots[];  // DY_SHARED only (none launched otherwise)
+  uint4* const mine = reinterpret_cast<uint4*>(dy_slots) + threadIdx.x;  // this thread's pack k at mine[k * THREADS]
   cg::cluster_group cluster = cg::this_cluster();
   const int c = static_cast<int>(cluster.num_blocks());
   const unsigned rank = cluster.block_rank();
@@ -127,11 +141,43 @@ __global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
     const auto first_of = [&](int k) { return (p0 + tid + k * THREADS) * K; };
     const auto whole = [&](int k) { return wide && k < n && first_of(k) >= h && first_of(k) + K <= end; };
     const auto in = [&](int k, int e) { return k < n && e >= h && e < end; };
-    uint32_t a[PACKS][kPackWords], b[PACKS][kPackWords];  // y's and dy's packs as loaded, 4 words each
+    uint32_t a[PACKS][kPackWords], b[DY_SHARED ? 1 : PACKS][kPackWords];  // y's and dy's packs as loaded, 4 words each
+    if constexpr (DY_SHARED) {  // dy's copies first, into this thread's slots, then y's loads into registers
+#pragma unroll
+      for (int k = 0; k < PACKS; ++k) {
+        const int e0 = first_of(k);
+        if (whole(k)) {
+          cp_async_16_ca(&mine[k * THREADS], dyr + e0);
+        } else {  // a partial pack (or none): element by element, 0 outside the row, stored by this thread
+          uint32_t w[kPackWords];
+#pragma unroll
+          for (int i = 0; i < kPackWords; ++i) w[i] = element_word<T>(dyr, e0, i, [&](int e) { return in(k, e); });
+          mine[k * THREADS] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+      cp_async_commit();
+    }
+    const auto dy_pack = [&](int k, uint32_t (&w)[kPackWords]) {  // dy's pack k: its registers, or its slot read back
+      if constexpr (DY_SHARED) {
+        const uint4 q = ld_shared_16_volatile(&mine[k * THREADS]);  // read for each pass, not held between them
+        w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPackWords; ++i) w[i] = b[k][i];
+      }
+    };
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = first_of(k);
-      if (whole(k)) {
+      if constexpr (DY_SHARED) {
+        if (whole(k)) {
+          const uint4 p = *reinterpret_cast<const uint4*>(yr + e0);
+          a[k][0] = p.x, a[k][1] = p.y, a[k][2] = p.z, a[k][3] = p.w;
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPackWords; ++i) a[k][i] = element_word<T>(yr, e0, i, [&](int e) { return in(k, e); });
+        }
+      } else if (whole(k)) {
         const uint4 p = *reinterpret_cast<const uint4*>(yr + e0);
         const uint4 q = *reinterpret_cast<const uint4*>(dyr + e0);
         a[k][0] = p.x, a[k][1] = p.y, a[k][2] = p.z, a[k][3] = p.w;
@@ -144,19 +190,23 @@ __global__ void __launch_bounds__(THREADS, (kMinBlocks<THREADS, PACKS>))
         }
       }
     }
+    if constexpr (DY_SHARED) cp_async_wait<0>();  // this thread's copies of dy have landed
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
+      uint32_t w[kPackWords];
+      dy_pack(k, w);
 #pragma unroll
-      for (int i = 0; i < kPackWords; ++i) s += word_dot<T>(a[k][i], b[k][i]);
+      for (int i = 0; i < kPackWords; ++i) s += word_dot<T>(a[k][i], w[i]);
     }
     s = exchange_row<kWarps, SumRule>(s, ex, row_index, c, rank);
 #pragma unroll
     for (int k = 0; k < PACKS; ++k) {
       const int e0 = first_of(k);
-      uint32_t out[kPackWords];
+      uint32_t w[kPackWords], out[kPackWords];
+      dy_pack(k, w);
 #pragma unroll
-      for (int i = 0; i < kPackWords; ++i) out[i] = word_grad<T>(a[k][i], b[k][i], s);
+      for (int i = 0; i < kPackWords; ++i) out[i] = word_grad<T>(a[k][i], w[i], s);
       if (whole(k)) {
         *reinterpret_cast<uint4*>(dxr + e0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {
@@ -174,7 +224,7 @@ bool rows_aligned(const RowsGradArgs& a) {
          rows_on_boundaries(a.dx, a.dx_row_stride, bytes);
 }
 
-template <typename T, int THREADS, int PACKS>
+template <typename T, int THREADS, int PACKS, bool DY_SHARED>
 cudaError_t launch(const RowsGradArgs& a, int cluster, bool persistent, cudaStream_t stream) {
   constexpr int K = kPack<T>;
   const bool aligned = rows_aligned(a);
@@ -185,10 +235,11 @@ cudaError_t launch(const RowsGradArgs& a, int cluster, bool persistent, cudaStre
                            static_cast<int>(a.cols), a.y_row_stride, a.dy_row_stride, a.dx_row_stride,
                            static_cast<int>(slice_packs));
   };
-  return aligned ? launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, true>, cluster, THREADS, 0,
-                                   a.rows, persistent, stream, args)
-                 : launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, false>, cluster, THREADS, 0,
-                                   a.rows, persistent, stream, args);
+  constexpr int smem = DY_SHARED ? THREADS * PACKS * kVecBytes : 0;
+  return aligned ? launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, true, DY_SHARED>, cluster,
+                                   THREADS, smem, a.rows, persistent, stream, args)
+                 : launch_clusters(softmax_backward_cluster_kernel<T, THREADS, PACKS, false, DY_SHARED>, cluster,
+                                   THREADS, smem, a.rows, persistent, stream, args);
 }
 
 cudaError_t launch_shape(const RowsGradArgs& a, int shape, int cluster, bool persistent, cudaStream_t stream) {
@@ -197,7 +248,7 @@ cudaError_t launch_shape(const RowsGradArgs& a, int shape, int cluster, bool per
     using T = typename decltype(tag)::type;
     return dispatch_index<kShapeCount>(shape, [&](auto i) {
       constexpr BackwardShape s = kShapes[decltype(i)::value];
-      return launch<T, s.threads, s.packs>(a, cluster, persistent, stream);
+      return launch<T, s.threads, s.packs, s.dy_shared != 0>(a, cluster, persistent, stream);
     });
   });
 }
@@ -221,7 +272,7 @@ ClusterPlan softmax_backward_cluster_plan(int64_t cols, DType dtype, bool aligne
 }
 
 int softmax_backward_cluster_shapes(const int** flat) {
-  static_assert(sizeof(BackwardShape) == 2 * sizeof(int), "the shapes read as pairs of ints");
+  static_assert(sizeof(BackwardShape) == 3 * sizeof(int), "the shapes read as triples of ints");
   *flat = reinterpret_cast<const int*>(kShapes);
   return kShapeCount;
 }

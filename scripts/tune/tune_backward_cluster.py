@@ -1,7 +1,8 @@
 """Measure every launch of softmax_backward's cuda.cluster at the backward sweeps' row lengths, to choose its table.
 
 For each dtype and each row length of the fixed and tutorial sweeps from --min-n (at the sweep's M), every CTA
-shape of csrc/softmax_backward/cluster.cu (threads, packs of y and of dy per thread) is tried with every cluster size
+shape of csrc/softmax_backward/cluster.cu (threads, packs of y and of dy per thread, dy in registers or shared
+memory) is tried with every cluster size
 whose slice fits the shape's registers and fills at least a quarter of them, on a persistent grid and with one
 cluster per row. Each configuration is checked against float64 before it is timed (median of do_bench, L2 flushed,
 each configuration in one stretch). Prints, per point, the best configuration, the table's own choice
@@ -33,22 +34,23 @@ TWO_PASS = -1  # torch.ops.lab_tune.softmax_backward_cluster's shape for two_pas
 DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
 
 
-def shapes() -> list[tuple[int, int]]:
+def shapes() -> list[tuple[int, int, int]]:
+    """The kernel's CTA shapes: (threads, packs, dy in shared memory 1 or 0)."""
     flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
-    return [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+    return [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
 
 
-def candidates(n: int, dtype: torch.dtype, table: list[tuple[int, int]]):
+def candidates(n: int, dtype: torch.dtype, table: list[tuple[int, int, int]]):
     """(shape index, cluster) pairs whose slice fits the shape's registers and fills at least a quarter of them."""
     pack = pack_elements(dtype)
-    for i, (threads, packs) in enumerate(table):
+    for i, (threads, packs, _) in enumerate(table):
         for c in CLUSTERS:
             slice_packs = math.ceil(math.ceil(n / pack) / c)
             if slice_packs <= threads * packs and 4 * slice_packs >= threads * packs:
                 yield i, c
 
 
-def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, table: list[tuple[int, int]]) -> dict:
+def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, table: list[tuple[int, int, int]]) -> dict:
     tuned = torch.ops.lab_tune.softmax_backward_cluster
     y, dy = make_inputs(shape, dtype, "cuda", 0)
     y, dy = y.contiguous(), dy.contiguous()
@@ -59,7 +61,8 @@ def measure_point(sweep: str, shape: inputs.Shape, dtype: torch.dtype, table: li
            "plan": list(torch.ops.lab_tune.softmax_backward_cluster_plan(shape.n, dtype)), "configs": []}
     for i, c in candidates(shape.n, dtype, table):
         for persistent in (True, False):
-            cfg = {"shape": i, "threads": table[i][0], "packs": table[i][1], "cluster": c, "persistent": persistent}
+            cfg = {"shape": i, "threads": table[i][0], "packs": table[i][1], "dy_shared": bool(table[i][2]),
+                   "cluster": c, "persistent": persistent}
             row["configs"].append(cfg)
 
             def run(a, b, i=i, c=c, p=persistent):
@@ -84,7 +87,8 @@ def describe(cfg: dict | None) -> str:
     if cfg is None:
         return "-"
     grid = "p" if cfg["persistent"] else "n"
-    return f"{cfg['threads']}x{cfg['packs']} c{cfg['cluster']}{grid} {cfg['pct_copy']:.1f}%"
+    held = "s" if cfg.get("dy_shared") else ""  # s: dy in shared memory
+    return f"{cfg['threads']}x{cfg['packs']}{held} c{cfg['cluster']}{grid} {cfg['pct_copy']:.1f}%"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,7 +90,8 @@ int cross_entropy_cluster_shapes(DType dtype, const int** shapes);
 // (softmax_backward_cluster_max_cols), which two_pass takes.
 ClusterPlan softmax_backward_cluster_plan(int64_t cols, DType dtype, bool aligned);
 int64_t softmax_backward_cluster_max_cols(DType dtype);
-// Its CTA shapes, [threads, packs of y (and of dy) per thread] per shape, flattened (a pointer and the count).
+// Its CTA shapes, [threads, packs of y (and of dy) per thread, dy in shared memory (1 or 0)] per shape, flattened
+// (a pointer and the count).
 int softmax_backward_cluster_shapes(const int** flat);
 // The kernel with a given shape, cluster size and grid, for tuning: cudaErrorInvalidValue where the slice does not
 // fit the shape's registers; shape kStreamingShape: two_pass.

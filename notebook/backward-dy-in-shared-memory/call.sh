@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The device calls of this folder's README, on a machine of one GPU, the build carried as .labso/cur.so.xz. Run from
+# the repository root:
+#   1  side by side, the GPU tests of softmax_backward's kernels (tests/test_gpu.py, and the tuner's own test) and the
+#      sanitize driver's backward cases without a tool (every CTA shape, the two of dy in shared memory among them,
+#      in every dtype, 2 and 16 CTAs, shifted rows, checked against float64); then, alone on the GPU, the tuner at
+#      float32 rows from 131072 (scripts/tune/tune_backward_cluster.py); then the four sanitizers over the backward's
+#      variants and its tuning shapes, side by side.
+# LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
+set -uo pipefail
+source scripts/remote/device_call.sh
+begin_call >/dev/null
+echo "commit=${LAB_COMMIT:-unknown}" >"$OUT/commit.txt"
+san() {  # san TOOL: scripts/sanitize.sh over softmax_backward, its output headed by the commit (trust.py reads it)
+  mkdir -p "$OUT/san"
+  echo "== $(date -u) commit=${LAB_COMMIT:-unknown} build sha256 $(sha256sum lab/_C.abi3.so | cut -c1-16): --op" \
+    "softmax_backward" >"$OUT/san/$1.txt"
+  TOOLS=$1 OMP_NUM_THREADS=2 timeout -s INT "${SAN_LIMIT:-240}" bash scripts/sanitize.sh "$OUT/san/$1" \
+    --op softmax_backward >>"$OUT/san/$1.txt" 2>&1
+  echo "exit $?" >>"$OUT/san/$1.txt"
+}
+case ${1:-} in
+  1) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_tune_backward_cluster.py -k "backward or tune" \
+       >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt" &
+     timeout 300 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1
+     echo "exit $?" >>"$OUT/driver.txt"
+     wait
+     timeout 240 python scripts/tune/tune_backward_cluster.py --dtype float32 --min-n 131072 \
+       --json "$OUT/tune_float32.json" >"$OUT/tune_float32.txt" 2>&1
+     echo "exit $?" >>"$OUT/tune_float32.txt"
+     for tool in memcheck racecheck synccheck initcheck; do san $tool & done ;;
+  *) echo "call.sh: 1, not ${1:-nothing}"; exit 2 ;;
+esac
+wait
+cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
