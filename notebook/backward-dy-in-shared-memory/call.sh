@@ -6,6 +6,13 @@
 #      in every dtype, 2 and 16 CTAs, shifted rows, checked against float64); then, alone on the GPU, the tuner at
 #      float32 rows from 131072 (scripts/tune/tune_backward_cluster.py); then the four sanitizers over the backward's
 #      variants and its tuning shapes, side by side.
+#   2  after the table's change, side by side: the GPU tests of the backward, the dispatch and autograd, the sanitize
+#      driver's backward cases without a tool, the four sanitizers over the backward's cuda.cluster (its table's
+#      launches), softmax's randomized testing of lab.auto and cuda.cluster (gradients on every tenth float32 case)
+#      and trust's compiled backward cell of lab.auto.
+#   A, B  keep the peers' two parts (.peersA, .peersB carried), for 3.
+#   3  with the peers installed (.peers2 carried): the lab run of softmax_backward, both sweeps (results.tgz, to
+#      unpack into results/<gpu>/softmax_backward/).
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
 set -uo pipefail
 source scripts/remote/device_call.sh
@@ -29,7 +36,30 @@ case ${1:-} in
        --json "$OUT/tune_float32.json" >"$OUT/tune_float32.txt" 2>&1
      echo "exit $?" >>"$OUT/tune_float32.txt"
      for tool in memcheck racecheck synccheck initcheck; do san $tool & done ;;
-  *) echo "call.sh: 1, not ${1:-nothing}"; exit 2 ;;
+  2) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_operators.py tests/test_autograd.py \
+       tests/test_dispatch.py -k "backward or dispatch or autograd or auto" >"$OUT/tests.txt" 2>&1 &
+     timeout 300 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1 &
+     for tool in memcheck racecheck synccheck initcheck; do
+       mkdir -p "$OUT/san"
+       TOOLS=$tool timeout -s INT 240 bash scripts/sanitize.sh "$OUT/san/$tool" --op softmax_backward \
+         --variant cuda.cluster --no-tuning-shapes >"$OUT/san/$tool.txt" 2>&1 &
+     done
+     timeout -s INT 240 python -m lab.fuzz --op softmax --only lab.auto,cuda.cluster --cases 400 --start 80000 \
+       >"$OUT/fuzz.txt" 2>&1 &
+     timeout 240 python -c "
+from lab import fuzz
+from lab.registry import get
+v = get('softmax', 'lab.auto')
+cases = fuzz.backward_cases(v)
+failures = fuzz.compiled_backward_mismatches(v, cases)
+print(f'compiled backward of lab.auto: {len(cases)} cases (N = {sorted({n for _, n in cases})}),',
+      f'{len(failures)} mismatches', *failures, sep='\n  ')" >"$OUT/compiled_backward.txt" 2>&1 & ;;
+  A|B) ;;  # begin_call kept the part
+  3) install_peers
+     timeout -s INT 300 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" \
+       | tail -60 >"$OUT/lab.txt"
+     tar -czf "$OUT/results.tgz" -C "$OUT/res" . && rm -rf "$OUT/res" ;;
+  *) echo "call.sh: 1, 2, A, B or 3, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
