@@ -20,6 +20,7 @@ from lab import check, operators, registry
 from lab.backends.cuda_variants import (
     AUTO,
     CUDA_OPS,
+    backward_cluster_persistent_entries,
     cluster_shapes,
     cluster_thresholds,
     load_extension,
@@ -358,6 +359,19 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
                                 torch.ops.lab_tune.softmax_backward_cluster(y, dy, i, c, p), shape, dtype)
                     ran += 1
     print(f"softmax_backward cluster tuning shapes: ran {ran} shape, dtype and launch cases", flush=True)
+
+# softmax_backward's cluster at the longest row of each entry of its table that launches a persistent grid, on more
+# rows than twice the clusters one wave holds: each cluster loops over rows.
+if "softmax_backward" in wanted and only("cuda.cluster"):
+    op = operators.get("softmax_backward")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ran = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for n, cluster in backward_cluster_persistent_entries(dtype):
+            run_checked(op, f"softmax_backward cluster persistent c{cluster}",
+                        torch.ops.lab.softmax_backward_cluster, Shape(2 * sms // cluster + 3, n), dtype)
+            ran += 1
+    print(f"softmax_backward cluster, persistent entries on many rows: ran {ran} shape and dtype cases", flush=True)
 
 # softmax_backward's register_cached (csrc/softmax_backward/register_cached.cu) with the table's shape and with twice
 # its threads per row, through its tuning op, at every power-of-two length it takes: 3 rows one pack short of the

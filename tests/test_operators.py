@@ -128,6 +128,23 @@ def test_backward_register_cached_tuning_shapes_are_right_at_every_length(dtype)
     assert ran[False] == 2 * len(lengths) and ran[True] > 0, ran  # the table's shape at every length
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_backward_cluster_loops_over_rows_at_its_persistent_entries(dtype):
+    """softmax_backward's cuda.cluster at the longest row of each entry of its table that launches a persistent grid
+    (cuda_variants.backward_cluster_persistent_entries), on more rows than twice the clusters one wave holds, so that
+    every cluster takes row after row, against float64."""
+    op = operators.get("softmax_backward")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    entries = cuda_variants.backward_cluster_persistent_entries(dtype)
+    assert entries, "no persistent entry: the loop over rows is not tested"
+    for n, cluster in entries:
+        shape = Shape(2 * sms // cluster + 3, n)
+        case = op.make_inputs(shape, dtype, "cuda", 3)
+        res = check.check(torch.ops.lab.softmax_backward_cluster, case, False, op.reference(*case), None, op)
+        assert res.ok, f"{dtype} {shape.label}: {res.summary()}"
+
+
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_cli_runs_the_operator(op):
     """Each operator end to end (but what cpu_variants leaves out), softmax by the README's own command (`python -m

@@ -166,6 +166,20 @@ def cluster_thresholds(dtype: torch.dtype) -> list[int]:
     return ends
 
 
+def backward_cluster_persistent_entries(dtype: torch.dtype) -> list[tuple[int, int]]:
+    """(the longest row, the cluster size) of each entry of softmax_backward's cuda.cluster table that launches a
+    persistent grid, whose clusters loop over rows (the shapes of dy in shared memory copying each row into the slots
+    the row before read): its entries end at powers of two from 2^11, up to the last before two_pass (plan shape -1),
+    asked of the launcher's own plan (torch.ops.lab_tune.softmax_backward_cluster_plan)."""
+    load_extension()
+    entries, n = [], 2048
+    while (plan := list(torch.ops.lab_tune.softmax_backward_cluster_plan(n, dtype)))[0] >= 0:
+        if plan[2]:
+            entries.append((n, plan[1]))
+        n *= 2
+    return entries
+
+
 def auto_thresholds(dtype: torch.dtype) -> list[int]:
     """The row lengths of the dispatch table of this GPU model (lab/dispatch.py), and the default rule's."""
     from lab import dispatch

@@ -10,6 +10,9 @@
 #      driver's backward cases without a tool, the four sanitizers over the backward's cuda.cluster (its table's
 #      launches), softmax's randomized testing of lab.auto and cuda.cluster (gradients on every tenth float32 case)
 #      and trust's compiled backward cell of lab.auto.
+#   4  after the tests and the sanitize driver's section of persistent entries on many rows: those tests, the driver
+#      without a tool, and the four sanitizers over the backward's cuda.cluster, side by side; beside them, the linear
+#      cross-entropy's tiny float16 hidden states (notebook/linear-cross-entropy-fuzz-mismatches/tiny_hidden.py).
 #   A, B  keep the peers' two parts (.peersA, .peersB carried), for 3.
 #   3  with the peers installed (.peers2 carried): the lab run of softmax_backward, both sweeps (results.tgz, to
 #      unpack into results/<gpu>/softmax_backward/).
@@ -54,12 +57,21 @@ cases = fuzz.backward_cases(v)
 failures = fuzz.compiled_backward_mismatches(v, cases)
 print(f'compiled backward of lab.auto: {len(cases)} cases (N = {sorted({n for _, n in cases})}),',
       f'{len(failures)} mismatches', *failures, sep='\n  ')" >"$OUT/compiled_backward.txt" 2>&1 & ;;
+  4) timeout 200 python -m pytest -q -m gpu tests/test_operators.py -k "backward_cluster" >"$OUT/tests.txt" 2>&1 &
+     timeout 200 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1 &
+     for tool in memcheck racecheck synccheck initcheck; do
+       mkdir -p "$OUT/san"
+       TOOLS=$tool timeout -s INT 200 bash scripts/sanitize.sh "$OUT/san/$tool" --op softmax_backward \
+         --variant cuda.cluster --no-tuning-shapes >"$OUT/san/$tool.txt" 2>&1 &
+     done
+     timeout 200 python notebook/linear-cross-entropy-fuzz-mismatches/tiny_hidden.py 70356 70521 \
+       >"$OUT/tiny_hidden.txt" 2>&1 & ;;
   A|B) ;;  # begin_call kept the part
   3) install_peers
      timeout -s INT 300 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" \
        | tail -60 >"$OUT/lab.txt"
      tar -czf "$OUT/results.tgz" -C "$OUT/res" . && rm -rf "$OUT/res" ;;
-  *) echo "call.sh: 1, 2, A, B or 3, not ${1:-nothing}"; exit 2 ;;
+  *) echo "call.sh: 1, 2, 3, 4, A or B, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
