@@ -11,8 +11,8 @@ where there is no bias (so that every case has the same outputs). For reduction 
 The loss is cross_entropy's of the logits x @ W^T + bias (lab/operators/cross_entropy.py, loss_of). The reference
 computes it in float64 a chunk of tokens at a time (REFERENCE_CHUNK_ELEMENTS of logits), the gradients of the whole
 loss added up over the chunks; PyTorch's own result in the inputs' dtype (the 2x bar of 16-bit gradients,
-lab/check.py) the same way, its dweight and dbias summed in float32 over the chunks and rounded once, as its one
-matmul over every token does.
+lab/check.py) the same way, its dweight and dbias summed in float32 over the chunks and rounded once, and, where the
+logits are one chunk, as autograd computes them: dweight from one matmul in that dtype (framework_result).
 
 An operator built on matmuls (lab/operators/__init__.py, flops): its figures are the time of a call, TFLOP/s =
 6*M*N*K / time (the three matmuls: logits, dx, dweight), the time of those three matmuls alone on the point's inputs
@@ -172,8 +172,17 @@ def framework_result(x, weight, target, bias=None, options: CrossEntropyOptions 
     and F.cross_entropy on the logits upcast to float32 (torch.eager's, as language models call it); dweight and
     dbias summed in float32 over the chunks and rounded once. The bar takes the larger of their errors: where dlogits
     are float16 subnormals, either recipe can land twice as close as the other by chance (the GPU fuzz's case 181,
-    where torch.eager's own result missed the bar that the first recipe alone set)."""
-    return pytorch_recipes(x, weight, target, bias, options, with_grad=True)
+    where torch.eager's own result missed the bar that the first recipe alone set). In 16 bits, where the logits are
+    one chunk, the second recipe also as autograd runs it, dweight and dbias each from one operation in that dtype:
+    on the GPU, PyTorch lets cuBLAS keep a 16-bit matmul's split-K partial sums in that dtype
+    (torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction, on by default), several float16 subnormal
+    steps off where the hidden states are tiny (GPU fuzz, case 70521: torch.eager 7.8x the bar of the float32 sums,
+    and within it with that setting off)."""
+    recipes = pytorch_recipes(x, weight, target, bias, options, with_grad=True)
+    if x.dtype != torch.float32 and len(_chunks(x.shape[0], weight.shape[0], REFERENCE_CHUNK_ELEMENTS)) == 1:
+        _, *grads = head_loss_and_grads(x, weight, target, bias, options, x.dtype, x.dtype, upcast=True)
+        recipes.append((recipes[1][0], *grads))  # the loss as the second's: float32, not a float16 sum
+    return recipes
 
 
 def pytorch_recipes(x, weight, target, bias, options: CrossEntropyOptions, with_grad: bool) -> list[tuple]:

@@ -30,9 +30,17 @@ race() {
       -k gradient_written_over) >"$OUT/race_old_kernel.txt" 2>&1
   echo "exit $?" >>"$OUT/race_old_kernel.txt"
 }
-if [ "${1:-all}" = all ]; then  # `call.sh linear`: the linear cross-entropy's parts alone
+MODE=${1:-4}  # 4: as above; linear: the linear cross-entropy's parts alone (call 5); 6: after kind 4's mends, the
+# GPU tests of both cross-entropies in place of the race's test and diagnose.py, then every part as in 4 (call 6)
+case $MODE in 4|linear|6) ;; *) echo "call.sh: 4, linear or 6, not $MODE"; exit 2 ;; esac
+if [ "$MODE" = 4 ]; then
   race &
   timeout 300 python notebook/linear-cross-entropy-fuzz-mismatches/diagnose.py 71255 71589 >"$OUT/diagnose.txt" 2>&1 &
+elif [ "$MODE" = 6 ]; then
+  { timeout "$LIMIT" python -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_linear_cross_entropy.py \
+      >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt"; } &
+fi
+if [ "$MODE" != linear ]; then
   for start in 70000 71000; do
     fuzz ce_$start cross_entropy $start 1000 --skip torch.compile &
     fuzz ce_loss_$start cross_entropy_loss $start 1000 --skip torch.compile &
