@@ -46,6 +46,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 HEADS = ("linear_cross_entropy", "linear_cross_entropy_loss")  # drawn hidden states, classifier, targets, options
 LOSSES = ("cross_entropy", "cross_entropy_loss", *HEADS)  # drawn logits (heads: hidden states), targets and options
 OPERATORS = ("softmax", *LOSSES)
+PER_SHAPE_CASES = 200  # a variant built afresh for every shape (an Inductor compile per case) takes the first ones
 KINDS = ("normal", "wide uniform", "outliers", "causal -inf tail", "all -inf rows", "+inf", "NaN", "huge",
          "all equal", "tiny")
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071, 262139,
@@ -295,9 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-elements", type=int, default=DEFAULT_MAX_ELEMENTS,
                    help="M * N at most per case (default 2^24)")
     p.add_argument("--max-n", type=int, default=MAX_N, help=f"the longest row (default {MAX_N})")
-    p.add_argument("--per-shape-cases", type=int, default=200, metavar="K",
+    p.add_argument("--per-shape-cases", type=int, default=PER_SHAPE_CASES, metavar="K",
                    help="variants built afresh for every shape (torch.compile: an Inductor compile per case) "
-                        "take the first K cases only (default 200); the table shows how many each ran")
+                        f"take the first K cases only (default {PER_SHAPE_CASES}); the table shows how many each ran")
     p.add_argument("--json", type=Path, help="write the counts and mismatches here")
     args = p.parse_args(argv)
     quiet_third_party()

@@ -534,7 +534,8 @@ def main() -> int:
     p.add_argument("--cases", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-elements", type=int, default=2**24, help="M * N at most per random case (default 2^24)")
-    p.add_argument("--per-shape-cases", type=int, default=200, help="cases for a variant compiled per shape")
+    p.add_argument("--per-shape-cases", type=int, default=fuzz.PER_SHAPE_CASES,
+                   help="cases for a variant compiled per shape")
     p.add_argument("--fuzz-json", type=Path, nargs="+", help="take the randomized testing's results from these "
                    "files (python -m lab.fuzz --json at the same commit, one per part of a run split with --start) "
                    "instead of running it")

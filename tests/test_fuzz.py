@@ -230,3 +230,25 @@ def test_head_cases_where_pytorch_itself_mismatched_pass(tmp_path, index, varian
                       str(max_elements), "--max-n", "8192", "--only", variant, "--json", str(out)])
     counts = json.loads(out.read_text())["variants"][variant]
     assert code == 0 and counts["cases"] == 1 and not counts["mismatches"], counts
+
+
+@pytest.mark.parametrize("op", fuzz.LOSSES)
+def test_a_variant_compiled_per_shape_takes_some_of_the_first_cases(op):
+    """A variant built afresh for every shape runs only the first PER_SHAPE_CASES cases: with its case reasons it must
+    still take some of them, drawn as the fuzz draws them (torch.compile of the head takes the default options only,
+    and took none while it asked for the DEFAULT object itself, which no drawn case is)."""
+    per_shape = [v for v in variants(op) if v.per_shape]
+    assert per_shape
+    max_n = min(3000, fuzz.HEAD_MAX_HIDDEN)
+    kinds = fuzz.HEAD_KINDS if op in fuzz.HEADS else fuzz.CROSS_ENTROPY_KINDS
+    taken = dict.fromkeys((v.name for v in per_shape), 0)
+    for case in fuzz.cases(0, fuzz.PER_SHAPE_CASES, fuzz.lengths(fuzz.variant_thresholds(variants(op)), max_n),
+                           20000, max_n, None, 0, kinds):
+        dtype = getattr(torch, case.dtype)
+        made = fuzz.make(case, "cpu")
+        inputs = fuzz.head_inputs(case, made, 20000) if op in fuzz.HEADS else fuzz.cross_entropy_inputs(case, made)
+        for v in per_shape:
+            if (v.skip_reason(fuzz.case_shape(case, op, 20000), dtype, case.offset * dtype.itemsize) is None
+                    and v.case_skip_reason(*inputs) is None):
+                taken[v.name] += 1
+    assert all(taken.values()), taken

@@ -236,9 +236,7 @@ def build_head_compile():
 
 
 def default_options_only(x, weight, target, bias, options) -> str | None:
-    from lab.operators.cross_entropy import DEFAULT
-
-    if options is not DEFAULT:
+    if not options.is_default:
         return ("torch.compile runs the default options (each set of options is another compile, seconds each); "
                 "torch.eager checks them all")
     return ignored_nan_token_reason(x, weight, target, bias, options)

@@ -66,6 +66,11 @@ class CrossEntropyOptions:
                 if getattr(self, name) != getattr(DEFAULT, name)]
 
     @property
+    def is_default(self) -> bool:
+        """Every option at its default and no class weights (DEFAULT itself, or options equal to it)."""
+        return self.label == "defaults"
+
+    @property
     def label(self) -> str:
         """The options that differ from the defaults, e.g. "label_smoothing=0.1, reduction=sum"."""
         parts = [f"{name}={getattr(self, name)}" for name in ("reduction", "label_smoothing", "z_loss", "softcap")
