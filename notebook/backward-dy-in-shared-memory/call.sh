@@ -29,6 +29,15 @@ san() {  # san TOOL: scripts/sanitize.sh over softmax_backward, its output heade
     --op softmax_backward >>"$OUT/san/$1.txt" 2>&1
   echo "exit $?" >>"$OUT/san/$1.txt"
 }
+cluster_checks() {  # cluster_checks SECONDS: side by side, each stopped at SECONDS, the sanitize driver's backward
+  # cases without a tool, and the four sanitizers over the backward's cuda.cluster (its table's launches)
+  timeout "$1" python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1 &
+  mkdir -p "$OUT/san"
+  for tool in memcheck racecheck synccheck initcheck; do
+    TOOLS=$tool timeout -s INT "$1" bash scripts/sanitize.sh "$OUT/san/$tool" --op softmax_backward \
+      --variant cuda.cluster --no-tuning-shapes >"$OUT/san/$tool.txt" 2>&1 &
+  done
+}
 case ${1:-} in
   1) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_tune_backward_cluster.py -k "backward or tune" \
        >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt" &
@@ -41,12 +50,7 @@ case ${1:-} in
      for tool in memcheck racecheck synccheck initcheck; do san $tool & done ;;
   2) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_operators.py tests/test_autograd.py \
        tests/test_dispatch.py -k "backward or dispatch or autograd or auto" >"$OUT/tests.txt" 2>&1 &
-     timeout 300 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1 &
-     for tool in memcheck racecheck synccheck initcheck; do
-       mkdir -p "$OUT/san"
-       TOOLS=$tool timeout -s INT 240 bash scripts/sanitize.sh "$OUT/san/$tool" --op softmax_backward \
-         --variant cuda.cluster --no-tuning-shapes >"$OUT/san/$tool.txt" 2>&1 &
-     done
+     cluster_checks 240
      timeout -s INT 240 python -m lab.fuzz --op softmax --only lab.auto,cuda.cluster --cases 400 --start 80000 \
        >"$OUT/fuzz.txt" 2>&1 &
      timeout 240 python -c "
@@ -58,12 +62,7 @@ failures = fuzz.compiled_backward_mismatches(v, cases)
 print(f'compiled backward of lab.auto: {len(cases)} cases (N = {sorted({n for _, n in cases})}),',
       f'{len(failures)} mismatches', *failures, sep='\n  ')" >"$OUT/compiled_backward.txt" 2>&1 & ;;
   4) timeout 200 python -m pytest -q -m gpu tests/test_operators.py -k "backward_cluster" >"$OUT/tests.txt" 2>&1 &
-     timeout 200 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1 &
-     for tool in memcheck racecheck synccheck initcheck; do
-       mkdir -p "$OUT/san"
-       TOOLS=$tool timeout -s INT 200 bash scripts/sanitize.sh "$OUT/san/$tool" --op softmax_backward \
-         --variant cuda.cluster --no-tuning-shapes >"$OUT/san/$tool.txt" 2>&1 &
-     done
+     cluster_checks 200
      timeout 200 python notebook/linear-cross-entropy-fuzz-mismatches/tiny_hidden.py 70356 70521 \
        >"$OUT/tiny_hidden.txt" 2>&1 & ;;
   A|B) ;;  # begin_call kept the part
