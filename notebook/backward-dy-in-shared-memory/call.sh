@@ -13,8 +13,6 @@
 #   4  after the tests and the sanitize driver's section of persistent entries on many rows: those tests, the driver
 #      without a tool, and the four sanitizers over the backward's cuda.cluster, side by side; beside them, the linear
 #      cross-entropy's tiny float16 hidden states (notebook/linear-cross-entropy-fuzz-mismatches/tiny_hidden.py).
-#   5  Nsight Compute on the backward's cuda.cluster at float32 1024 x 262144 (the rows of
-#      notebook/backward-long-rows-profile/) and 256 x 262144 (scripts/profile.sh: its clusters resident at once).
 #   A, B  keep the peers' two parts (.peersA, .peersB carried), for 3.
 #   3  with the peers installed (.peers2 carried): the lab run of softmax_backward, both sweeps (results.tgz, to
 #      unpack into results/<gpu>/softmax_backward/).
@@ -67,16 +65,12 @@ print(f'compiled backward of lab.auto: {len(cases)} cases (N = {sorted({n for _,
      cluster_checks 200
      timeout 200 python notebook/linear-cross-entropy-fuzz-mismatches/tiny_hidden.py 70356 70521 \
        >"$OUT/tiny_hidden.txt" 2>&1 & ;;
-  5) for point in 1024x262144 256x262144; do
-       echo "== cuda.cluster $point float32"
-       PROFILE_OP=softmax_backward timeout 60 bash scripts/profile.sh cuda.cluster "$point" float32
-     done >"$OUT/profile.txt" 2>&1 ;;
   A|B) ;;  # begin_call kept the part
   3) install_peers
      timeout -s INT 300 python -m lab.test --op softmax_backward --out "$OUT/res" 2>&1 | grep -vE "^\[[0-9]+/" \
        | tail -60 >"$OUT/lab.txt"
      tar -czf "$OUT/results.tgz" -C "$OUT/res" . && rm -rf "$OUT/res" ;;
-  *) echo "call.sh: 1, 2, 3, 4, 5, A or B, not ${1:-nothing}"; exit 2 ;;
+  *) echo "call.sh: 1, 2, 3, 4, A or B, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
