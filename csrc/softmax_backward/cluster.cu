@@ -21,9 +21,11 @@
 // needs the whole row on chip, which only a cluster's registers hold. The sum is a plain float, so the exchange
 // carries one word per warp. dy in shared memory: a float32 row of 262144 in registers alone needs 16 CTAs of one SM
 // each, and only 7 clusters of 16 are resident on an H200 (112 of its 132 SMs); in registers (y) and shared memory
-// (dy, 128 KB) together it fits 8 CTAs, and more SMs hold a cluster's CTA at once.
+// (dy, 128-132 KB) together it fits 8 CTAs, which ran 89-98% of a copy against 82-86% on 16 (likely more SMs holding
+// a cluster's CTA at once; the clusters resident were not counted).
 // Limits: any M (rows past the grid's limit are looped over), any row strides; rows of up to kMaxCols32 float32 or
-// kMaxCols16 16-bit elements (the last plan entry: 16 CTAs of 512 threads holding 8 packs of each input); longer
+// kMaxCols16 16-bit elements (the last plan entries: float32 on 8 CTAs of 256 x 32, dy in shared memory; 16-bit on
+// 16 CTAs of 512 threads holding 8 packs of each input); longer
 // rows take two_pass (2 reads of y and dy), so the variant's traffic model holds to those lengths.
 #include <algorithm>
 #include <cstdint>
@@ -62,8 +64,7 @@ struct PlanEntry {
 };
 // The launch table by N (rows on 16-byte boundaries; shifted rows take the entry of their longest shifted row): at
 // each length of the backward's sweeps, the configuration measured fastest by scripts/tune/tune_backward_cluster.py
-// (H200, M = 4096 and the fixed sweep's M; float16 takes bfloat16's), or one within 1% of it that is fastest at both
-// M. Mostly small CTAs (128 x 4), one cluster per row, as many CTAs as the row needs: 102% of a copy at 32768 to
+// (H200, M = 4096 and the fixed sweep's M; float16 takes bfloat16's), or one within 1% of the fastest at both M. Mostly small CTAs (128 x 4), one cluster per row, as many CTAs as the row needs: 102% of a copy at 32768 to
 // 131072 elements. Float32 rows of 262144: 8 CTAs of 256 x 32 with dy in shared memory on a persistent grid, 89% of
 // a copy at 256 rows and 98% at 4096 (16 CTAs of 512 x 8 with dy in registers, one cluster per row: 82% and 86%).
 // bfloat16's 524288 was not measured (no sweep reaches it).

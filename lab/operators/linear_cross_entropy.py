@@ -174,7 +174,7 @@ def framework_result(x, weight, target, bias=None, options: CrossEntropyOptions 
     are float16 subnormals, either recipe can land twice as close as the other by chance (the GPU fuzz's case 181,
     where torch.eager's own result missed the bar that the first recipe alone set). In 16 bits, where the logits are
     one chunk, the second recipe also as autograd runs it, dweight and dbias each from one operation in that dtype:
-    on the GPU, PyTorch lets cuBLAS keep a 16-bit matmul's split-K partial sums in that dtype
+    on the GPU, PyTorch lets cuBLAS reduce a 16-bit matmul in that dtype
     (torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction, on by default), several float16 subnormal
     steps off where the hidden states are tiny (GPU fuzz, case 70521: torch.eager 7.8x the bar of the float32 sums,
     and within it with that setting off)."""
