@@ -8,7 +8,7 @@
 // registers, sums dy * y over them in float32, and the row's sum s is reduced once per row: xor
 // shuffles in each warp, then each warp's partial sent to every CTA of the cluster through distributed shared
 // memory (exchange_row with SumRule, lab/cluster_rows.cuh: st.async into each CTA's slots, completed on its
-// mbarrier; no cluster barrier per row). Each thread then writes dx = y * (dy - s) from its registers.
+// mbarrier; no cluster barrier per row). Each thread then writes dx = y * (dy - s) from its registers (and slots).
 // Rows off 16-byte boundaries (odd N: row r of a contiguous tensor starts r * N elements in) are split from the
 // boundary below their start, as rows of up to a pack less one element longer, as the forward's SHIFTED rows are:
 // whole packs move as 16-byte accesses, the first and last element by element. That needs y, dy and dx rows equally
@@ -64,9 +64,10 @@ struct PlanEntry {
 };
 // The launch table by N (rows on 16-byte boundaries; shifted rows take the entry of their longest shifted row): at
 // each length of the backward's sweeps, the configuration measured fastest by scripts/tune/tune_backward_cluster.py
-// (H200, M = 4096 and the fixed sweep's M; float16 takes bfloat16's), or one within 1% of the fastest at both M. Mostly small CTAs (128 x 4), one cluster per row, as many CTAs as the row needs: 102% of a copy at 32768 to
-// 131072 elements. Float32 rows of 262144: 8 CTAs of 256 x 32 with dy in shared memory on a persistent grid, 89% of
-// a copy at 256 rows and 98% at 4096 (16 CTAs of 512 x 8 with dy in registers, one cluster per row: 82% and 86%).
+// (H200, M = 4096 and the fixed sweep's M; float16 takes bfloat16's), or one within 1% of the fastest at both M.
+// Mostly small CTAs (128 x 4), one cluster per row, as many CTAs as the row needs: 102% of a copy at 32768 to 131072
+// elements. Float32 rows of 262144: 8 CTAs of 256 x 32 with dy in shared memory on a persistent grid, 89% of a copy
+// at 256 rows and 98% at 4096 (16 CTAs of 512 x 8 with dy in registers, one cluster per row: 82% and 86%).
 // bfloat16's 524288 was not measured (no sweep reaches it).
 constexpr PlanEntry kPlan32[] = {  // float32
     {2048, 0, 1, true},     {4096, 0, 2, false},    {8192, 0, 4, false},   {16384, 0, 8, false},

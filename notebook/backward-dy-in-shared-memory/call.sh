@@ -39,8 +39,8 @@ cluster_checks() {  # cluster_checks SECONDS: side by side, each stopped at SECO
   done
 }
 case ${1:-} in
-  1) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_tune_backward_cluster.py -k "backward or tune" \
-       >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt" &
+  1) timeout 300 python -m pytest -q -m gpu tests/test_gpu.py tests/test_tune_backward_cluster.py \
+       -k "backward or tune" >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt" &
      timeout 300 python scripts/sanitize_driver.py --op softmax_backward >"$OUT/driver.txt" 2>&1
      echo "exit $?" >>"$OUT/driver.txt"
      wait

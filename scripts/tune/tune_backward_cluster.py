@@ -2,12 +2,11 @@
 
 For each dtype and each row length of the fixed and tutorial sweeps from --min-n (at the sweep's M), every CTA
 shape of csrc/softmax_backward/cluster.cu (threads, packs of y and of dy per thread, dy in registers or shared
-memory) is tried with every cluster size
-whose slice fits the shape's registers and fills at least a quarter of them, on a persistent grid and with one
-cluster per row. Each configuration is checked against float64 before it is timed (median of do_bench, L2 flushed,
-each configuration in one stretch). Prints, per point, the best configuration, the table's own choice
-(softmax_backward_cluster_plan) and, for scale, cuda.two_pass and cuda.register_cached where it runs; writes every
-measurement as JSON.
+memory) is tried with every cluster size whose slice fits the shape's packs and fills at least a quarter of them, on
+a persistent grid and with one cluster per row. Each configuration is checked against float64 before it is timed
+(median of do_bench, L2 flushed, each configuration in one stretch). Prints, per point, the best configuration, the
+table's own choice (softmax_backward_cluster_plan) and, for scale, cuda.two_pass and cuda.register_cached where it
+runs; writes every measurement as JSON.
 
     python scripts/tune/tune_backward_cluster.py [--dtype bfloat16 ...] [--min-n 1024] [--json tune.json]
 """
