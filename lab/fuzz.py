@@ -190,6 +190,17 @@ def head_inputs(case: Case, x: torch.Tensor, max_elements: int) -> tuple:
     return x, weight, target.to(x.device), bias, options
 
 
+def case_kinds(op: str) -> tuple[str, ...]:
+    """The kinds of values an operator's cases draw: a head's hidden states, cross-entropy's logits, softmax's rows."""
+    return HEAD_KINDS if op in HEADS else CROSS_ENTROPY_KINDS if op in LOSSES else KINDS
+
+
+def loss_inputs(op: str, case: Case, x: torch.Tensor, max_elements: int) -> tuple:
+    """A loss operator's inputs for a case from its drawn tensor x (make(case)): head_inputs for a head,
+    cross_entropy_inputs for cross-entropy's logits."""
+    return head_inputs(case, x, max_elements) if op in HEADS else cross_entropy_inputs(case, x)
+
+
 def case_shape(case: Case, op: str = "softmax", max_elements: int = DEFAULT_MAX_ELEMENTS) -> Shape:
     """The Shape of make(case) (a head's: M tokens, the drawn vocabulary, K = the row length), without making it."""
     if op in HEADS:
@@ -334,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                                              "max_elements": args.max_elements, "variants": counts}, indent=1))
 
     start = time.perf_counter()
-    kinds = HEAD_KINDS if args.op in HEADS else CROSS_ENTROPY_KINDS if args.op in LOSSES else KINDS
+    kinds = case_kinds(args.op)
 
     def tally() -> dict[str, tuple[int, int, int, int]]:
         return {name: (c["cases"], c["skipped"], c["not drawn"], len(c["mismatches"])) for name, c in counts.items()}
@@ -359,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             x = make(case, device) if takers else None
             assert x is None or Shape.of(x) == case_shape(case), (Shape.of(x), case_shape(case))
             if x is not None and op.name in LOSSES:
-                x = head_inputs(case, x, args.max_elements) if op.name in HEADS else cross_entropy_inputs(case, x)
+                x = loss_inputs(op.name, case, x, args.max_elements)
                 for v in [v for v in takers if v.case_skip_reason(*x)]:
                     takers.remove(v)
                     counts[v.name]["skipped"] += 1

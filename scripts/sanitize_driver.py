@@ -20,7 +20,7 @@ from lab import check, operators, registry
 from lab.backends.cuda_variants import (
     AUTO,
     CUDA_OPS,
-    backward_cluster_persistent_entries,
+    backward_cluster_persistent_shapes,
     cluster_shapes,
     cluster_thresholds,
     load_extension,
@@ -364,12 +364,11 @@ if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.varia
 # rows than twice the clusters one wave holds: each cluster loops over rows.
 if "softmax_backward" in wanted and only("cuda.cluster"):
     op = operators.get("softmax_backward")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for n, cluster in backward_cluster_persistent_entries(dtype):
+        for shape, cluster in backward_cluster_persistent_shapes(dtype):
             run_checked(op, f"softmax_backward cluster persistent c{cluster}",
-                        torch.ops.lab.softmax_backward_cluster, Shape(2 * sms // cluster + 3, n), dtype)
+                        torch.ops.lab.softmax_backward_cluster, shape, dtype)
             ran += 1
     print(f"softmax_backward cluster, persistent entries on many rows: ran {ran} shape and dtype cases", flush=True)
 

@@ -239,14 +239,12 @@ def test_a_variant_compiled_per_shape_takes_some_of_the_first_cases(op):
     and took none while it asked for the DEFAULT object itself, which no drawn case is)."""
     per_shape = [v for v in variants(op) if v.per_shape]
     assert per_shape
-    max_n = min(3000, fuzz.HEAD_MAX_HIDDEN)
-    kinds = fuzz.HEAD_KINDS if op in fuzz.HEADS else fuzz.CROSS_ENTROPY_KINDS
+    max_n = 3000  # under a head's HEAD_MAX_HIDDEN too
     taken = dict.fromkeys((v.name for v in per_shape), 0)
     for case in fuzz.cases(0, fuzz.PER_SHAPE_CASES, fuzz.lengths(fuzz.variant_thresholds(variants(op)), max_n),
-                           20000, max_n, None, 0, kinds):
+                           20000, max_n, None, 0, fuzz.case_kinds(op)):
         dtype = getattr(torch, case.dtype)
-        made = fuzz.make(case, "cpu")
-        inputs = fuzz.head_inputs(case, made, 20000) if op in fuzz.HEADS else fuzz.cross_entropy_inputs(case, made)
+        inputs = fuzz.loss_inputs(op, case, fuzz.make(case, "cpu"), 20000)
         for v in per_shape:
             if (v.skip_reason(fuzz.case_shape(case, op, 20000), dtype, case.offset * dtype.itemsize) is None
                     and v.case_skip_reason(*inputs) is None):

@@ -131,15 +131,13 @@ def test_backward_register_cached_tuning_shapes_are_right_at_every_length(dtype)
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_backward_cluster_loops_over_rows_at_its_persistent_entries(dtype):
-    """softmax_backward's cuda.cluster at the longest row of each entry of its table that launches a persistent grid
-    (cuda_variants.backward_cluster_persistent_entries), on more rows than twice the clusters one wave holds, so that
-    every cluster takes row after row, against float64."""
+    """softmax_backward's cuda.cluster at the longest row of each entry of its table that launches a persistent grid,
+    on more rows than twice the clusters one wave holds, so that every cluster takes row after row
+    (cuda_variants.backward_cluster_persistent_shapes), against float64."""
     op = operators.get("softmax_backward")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    entries = cuda_variants.backward_cluster_persistent_entries(dtype)
-    assert entries, "no persistent entry: the loop over rows is not tested"
-    for n, cluster in entries:
-        shape = Shape(2 * sms // cluster + 3, n)
+    shapes = cuda_variants.backward_cluster_persistent_shapes(dtype)
+    assert shapes, "no persistent entry: the loop over rows is not tested"
+    for shape, _ in shapes:
         case = op.make_inputs(shape, dtype, "cuda", 3)
         res = check.check(torch.ops.lab.softmax_backward_cluster, case, False, op.reference(*case), None, op)
         assert res.ok, f"{dtype} {shape.label}: {res.summary()}"

@@ -166,18 +166,20 @@ def cluster_thresholds(dtype: torch.dtype) -> list[int]:
     return ends
 
 
-def backward_cluster_persistent_entries(dtype: torch.dtype) -> list[tuple[int, int]]:
-    """(the longest row, the cluster size) of each entry of softmax_backward's cuda.cluster table that launches a
-    persistent grid, whose clusters loop over rows (the shapes of dy in shared memory copying each row into the slots
-    the row before read): its entries end at powers of two from 2^11, up to the last before two_pass (plan shape -1),
-    asked of the launcher's own plan (torch.ops.lab_tune.softmax_backward_cluster_plan)."""
+def backward_cluster_persistent_shapes(dtype: torch.dtype) -> list[tuple[Shape, int]]:
+    """(shape, cluster size) at the longest row of each entry of softmax_backward's cuda.cluster table that launches
+    a persistent grid, on more rows than twice the clusters one wave of the current GPU holds, so that every cluster
+    loops over rows (the shapes of dy in shared memory copying each row into the slots the row before read). Its
+    entries end at powers of two from 2^11, up to the last before two_pass (plan shape -1), asked of the launcher's
+    own plan (torch.ops.lab_tune.softmax_backward_cluster_plan)."""
     load_extension()
-    entries, n = [], 2048
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    shapes, n = [], 2048
     while (plan := list(torch.ops.lab_tune.softmax_backward_cluster_plan(n, dtype)))[0] >= 0:
         if plan[2]:
-            entries.append((n, plan[1]))
+            shapes.append((Shape(2 * sms // plan[1] + 3, n), plan[1]))
         n *= 2
-    return entries
+    return shapes
 
 
 def auto_thresholds(dtype: torch.dtype) -> list[int]:
