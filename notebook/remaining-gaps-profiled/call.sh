@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The device calls of this folder's README, on a machine of one GPU, the build carried as .labso/cur.so.xz (and, for
+# the A/B, the cross-entropy Triton kernel before its gradient's change as .oldkernel/cross_entropy_before_terms.py:
+# `git show 65d2f24^:triton_kernels/cross_entropy.py`). Run from the repository root:
+#   1  alone on the GPU, Nsight Compute at the points where lab.auto trails a target (scripts/profile.sh: occupancy,
+#      clusters resident, waves, DRAM throughput) and the CTAs each SM ran (sm__ctas_launched's min, max and sum over
+#      the SMs); then side by side: the GPU test and the sanitize driver's section of the backward's persistent
+#      entries on many rows, and the head's torch.compile in the randomized testing (gradients, then the loss alone).
+#   2  the cross-entropy Triton kernels' A/B: `lab.test --op cross_entropy --only 'triton.*'` on the kernel as it is
+#      (new) and as it was before the gradient's terms were taken one by one (old), in the order new, old, old, new.
+# LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
+set -uo pipefail
+source scripts/remote/device_call.sh
+begin_call >/dev/null
+echo "commit=${LAB_COMMIT:-unknown}" >"$OUT/commit.txt"
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+prof() {  # prof NAME OP VARIANT MxN DTYPE [KERNEL-REGEX]: profile.sh's sections, then the CTAs per SM
+  local name=$1 op=$2
+  shift 2
+  { echo "== $name: $op $*"
+    PROFILE_OP=$op timeout 120 bash scripts/profile.sh "$@"
+    echo "-- CTAs launched per SM (min, max, sum over the SMs)"
+    PYTHONPATH=$PWD timeout 120 "$NCU" --clock-control none --profile-from-start off -k "regex:${4:-[Ss]oftmax|cluster_rows}" \
+      --launch-skip 1 --launch-count 1 --metrics sm__ctas_launched.min,sm__ctas_launched.max,sm__ctas_launched.sum \
+      python scripts/profile_point.py "$1" "$2" "$3" --op "$op" 2>&1 | grep -E "sm__ctas|ERR|rror"
+  } >"$OUT/prof_$name.txt" 2>&1
+}
+ce_run() {  # ce_run LABEL: the Triton cross-entropy variants at three shapes, two dtypes
+  timeout 200 python -m lab.test --op cross_entropy --only 'triton.*' --shape 4096x8192 --shape 4096x32000 \
+    --shape 4096x128256 -d bf16 -d fp32 --no-save --csv "$OUT/ce_$1.csv" >"$OUT/ce_$1.txt" 2>&1
+  echo "exit $?" >>"$OUT/ce_$1.txt"
+}
+case ${1:-} in
+  1) "$NCU" --query-metrics --chip gh100 2>/dev/null | grep -E "^sm__ctas_launched|cluster" >"$OUT/ncu_metrics.txt"
+     prof bwd_f32_256x262144 softmax_backward cuda.cluster 256x262144 float32
+     prof fwd_f32_8x151936 softmax lab.auto 8x151936 float32
+     prof fwd_f32_9x151936 softmax lab.auto 9x151936 float32
+     prof bwd_bf16_4096x4096_register_cached softmax_backward cuda.register_cached 4096x4096 bfloat16
+     prof bwd_bf16_4096x4096_triton_fused softmax_backward triton.fused 4096x4096 bfloat16 backward
+     timeout 240 python -m pytest -q -m gpu tests/test_operators.py -k "backward_cluster" >"$OUT/tests.txt" 2>&1 &
+     timeout 240 python scripts/sanitize_driver.py --op softmax_backward --variant cuda.cluster --no-tuning-shapes \
+       >"$OUT/driver.txt" 2>&1 &
+     { for op in linear_cross_entropy linear_cross_entropy_loss; do
+         timeout -s INT 170 python -m lab.fuzz --op $op --only torch.compile --max-elements 4194304 --start 70000 \
+           --cases 200 --json "$OUT/fuzz_$op.json" >"$OUT/fuzz_$op.txt" 2>&1
+         echo "exit $?" >>"$OUT/fuzz_$op.txt"
+       done; } & ;;
+  2) cp triton_kernels/cross_entropy.py /tmp/ce_new.py
+     for label in new_1 old_1 old_2 new_2; do
+       case $label in
+         old*) cp .oldkernel/cross_entropy_before_terms.py triton_kernels/cross_entropy.py ;;
+         *) cp /tmp/ce_new.py triton_kernels/cross_entropy.py ;;
+       esac
+       ce_run "$label"
+     done
+     cp /tmp/ce_new.py triton_kernels/cross_entropy.py ;;
+  *) echo "call.sh: 1 or 2, not ${1:-nothing}"; exit 2 ;;
+esac
+wait
+cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
