@@ -140,21 +140,24 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
         smooth_scale = smoothing / n_cols
 
         # Pass 2: dz = cap'(x) * (c nll_scale (p - [j = y]) + c smooth_scale (sum_w p - w) + c 2 z_loss lse p),
-        # p = exp(z - row_max) / s (the row's factors folded into scalars), and label smoothing's sum of
-        # w * (row_max - z), whose terms are all >= 0. Each term's own difference first, as PyTorch's autograd takes
-        # them: where p is near 1 the first two vanish and z-loss's term is the gradient, which one sum of the three
-        # scalars times p, less the target's and w's, would leave to a float32 cancellation (a vocabulary of one with
-        # z-loss: 1 - 1.46e-4 - 1, 4e-4 of the gradient off, a float16 ulp).
+        # p = exp(z - row_max) / s, and label smoothing's sum of w * (row_max - z), whose terms are all >= 0. Off the
+        # target, the row's factors of p fold into one scalar (e_scale: one multiply and one fused add an element).
+        # At the target each term's own difference comes first, as PyTorch's autograd takes them (g_y, once a row):
+        # where p is near 1 the first two vanish and z-loss's term is the gradient, which the folded form would leave
+        # to a float32 cancellation (a vocabulary of one with z-loss: 1 - 1.46e-4 - 1, 4e-4 of the gradient off, a
+        # float16 ulp); folding it off the target keeps the element's work at the cost the row's reads allow.
         c = tl.load(scale_ptr)
         inv_s = 1.0 / s
         y_scale = c * nll_scale
         w_scale = c * smooth_scale
         z_scale = c * 2.0 * z_loss * lse
+        e_scale = (y_scale + w_scale * sum_w + z_scale) * inv_s
+        p_y = fast_exp(z_y - row_max) * inv_s
+        g_y = y_scale * (p_y - 1.0) + w_scale * (sum_w * p_y - w_y) + z_scale * p_y
         below = tl.zeros([BLOCK], tl.float32)
         if WHOLE_ROW:
             if WRITE_GRAD:
-                p = fast_exp(z_row - row_max) * inv_s
-                g = y_scale * (p - tl.where(cols == target, 1.0, 0.0)) + w_scale * (sum_w * p - w_row) + z_scale * p
+                g = tl.where(cols == target, g_y, e_scale * fast_exp(z_row - row_max) - w_scale * w_row)
                 tl.store(dx_row + cols, (dcap_row * g).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
             below = tl.where(w_row != 0.0, w_row * (row_max - z_row), 0.0)
         else:
@@ -170,8 +173,7 @@ def _cross_entropy_row(x_ptr, target_ptr, weight_ptr, scale_ptr, loss_ptr, dx_pt
                 z, dcap = _capped(x, softcap, SOFTCAP)
                 w = _weights(weight_ptr, offs, inside, HAS_WEIGHT)
                 if WRITE_GRAD:
-                    p = fast_exp(z - row_max) * inv_s
-                    g = y_scale * (p - tl.where(offs == target, 1.0, 0.0)) + w_scale * (sum_w * p - w) + z_scale * p
+                    g = tl.where(offs == target, g_y, e_scale * fast_exp(z - row_max) - w_scale * w)
                     tl.store(dx_row + offs, (dcap * g).to(dx_ptr.dtype.element_ty), mask=inside)
                 below += tl.where(w != 0.0, w * (row_max - z), 0.0)
         loss = nll_scale * (log_s + (row_max - z_y)) + z_loss * lse * lse
