@@ -42,7 +42,7 @@ constexpr RowShape kShapes32[] = {
 };
 constexpr RowShape kShapes16[] = {
     {32, 2, 16},    {64, 8, 8},     {128, 8, 16},    {256, 16, 16},   {512, 16, 32},
-    {1024, 64, 16}, {2048, 128, 16}, {4096, 512, 8},  {8192, 512, 16}, {16384, 512, 32},
+    {1024, 64, 16}, {2048, 128, 16}, {4096, 128, 32}, {8192, 512, 16}, {16384, 512, 32},
 };
 constexpr int kCount = sizeof(kShapes32) / sizeof(RowShape);
 static_assert(kCount == sizeof(kShapes16) / sizeof(RowShape), "one shape per length in each table");

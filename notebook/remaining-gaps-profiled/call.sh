@@ -18,6 +18,8 @@
 #      then side by side: the GPU tests of the backward and of cross-entropy, the four sanitizers over the backward
 #      (its variants and tuning shapes), and cross-entropy's randomized testing of its Triton variants and lab.auto
 #      with the gradient.
+#   4  alone on the GPU, the cross-entropy kernel's gradient in four forms timed in one process (ce_forms.py); then
+#      the GPU tests of the backward and of cross-entropy (call 3's were stopped by their time limit).
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
 set -uo pipefail
 source scripts/remote/device_call.sh
@@ -99,7 +101,12 @@ case ${1:-} in
      for tool in memcheck racecheck synccheck initcheck; do san $tool & done
      timeout -s INT 240 python -m lab.fuzz --op cross_entropy --only 'triton.*,lab.auto' --cases 2000 --start 70000 \
        --json "$OUT/fuzz_cross_entropy.json" >"$OUT/fuzz_cross_entropy.txt" 2>&1 & ;;
-  *) echo "call.sh: 1, 2 or 3, not ${1:-nothing}"; exit 2 ;;
+  4) timeout 300 python notebook/remaining-gaps-profiled/ce_forms.py --rounds 7 >"$OUT/ce_forms.txt" 2>&1
+     echo "exit $?" >>"$OUT/ce_forms.txt"
+     timeout 400 python -m pytest -q -m gpu tests/test_gpu.py tests/test_operators.py tests/test_cross_entropy.py \
+       tests/test_linear_cross_entropy.py -k "backward or cross_entropy" >"$OUT/tests.txt" 2>&1
+     echo "exit $?" >>"$OUT/tests.txt" ;;
+  *) echo "call.sh: 1, 2, 3 or 4, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most
