@@ -20,6 +20,9 @@
 #      with the gradient.
 #   4  alone on the GPU, the cross-entropy kernel's gradient in four forms timed in one process (ce_forms.py); then
 #      the GPU tests of the backward and of cross-entropy (call 3's were stopped by their time limit).
+#   5  after the kernel took each dtype's faster form: alone, ce_forms.py (the checkout's form beside the three);
+#      then side by side, the GPU tests of cross-entropy and the linear cross-entropy, and cross-entropy's randomized
+#      testing of its Triton variants and lab.auto with the gradient.
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
 set -uo pipefail
 source scripts/remote/device_call.sh
@@ -106,7 +109,13 @@ case ${1:-} in
      timeout 400 python -m pytest -q -m gpu tests/test_gpu.py tests/test_operators.py tests/test_cross_entropy.py \
        tests/test_linear_cross_entropy.py -k "backward or cross_entropy" >"$OUT/tests.txt" 2>&1
      echo "exit $?" >>"$OUT/tests.txt" ;;
-  *) echo "call.sh: 1, 2, 3 or 4, not ${1:-nothing}"; exit 2 ;;
+  5) timeout 200 python notebook/remaining-gaps-profiled/ce_forms.py --rounds 7 >"$OUT/ce_forms.txt" 2>&1
+     echo "exit $?" >>"$OUT/ce_forms.txt"
+     { timeout 200 python -m pytest -q -m gpu tests/test_cross_entropy.py tests/test_linear_cross_entropy.py \
+         >"$OUT/tests.txt" 2>&1; echo "exit $?" >>"$OUT/tests.txt"; } &
+     timeout -s INT 180 python -m lab.fuzz --op cross_entropy --only 'triton.*,lab.auto' --cases 2000 --start 72000 \
+       --json "$OUT/fuzz_cross_entropy.json" >"$OUT/fuzz_cross_entropy.txt" 2>&1 & ;;
+  *) echo "call.sh: 1, 2, 3, 4 or 5, not ${1:-nothing}"; exit 2 ;;
 esac
 wait
 cd "$OUT" && tar -cJf /tmp/outputs.tar.xz . && rm -rf ./* && mv /tmp/outputs.tar.xz .  # 8 files come back at most

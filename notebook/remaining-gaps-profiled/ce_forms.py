@@ -1,7 +1,7 @@
 """The cross-entropy Triton kernel's gradient (pass 2, triton_kernels/cross_entropy.py) in several forms, timed
 against each other in one process: interleaved rounds, the L2 flushed before every call (lab.bench.time_rounds).
 
-Each form replaces the checkout's two lines that compute g (the whole-row and the streamed pass) in a copy of the
+Each form replaces the body of the checkout's _gradient (which picks a form by the logits' dtype) in a copy of the
 kernel's source; every form is first checked against the checkout's kernel (dlogits within 2 ulps of the dtype,
 the loss exactly), then the kernels alone are launched as the wrapper launches them (one program a row, its
 launch_config), with the default options (the mean, no smoothing, no z-loss: the scalars that fold them are zeros).
@@ -25,26 +25,26 @@ from lab import bench  # noqa: E402
 from triton_kernels.looped import launch_config  # noqa: E402
 
 SOURCE = ROOT / "triton_kernels" / "cross_entropy.py"
-CHECKOUT = "g = tl.where({j} == target, g_y, e_scale * fast_exp({z} - row_max) - w_scale * {w})"
-FORMS = {  # each form's g, with {j}, {z}, {w} the column index, z and w of the pass (whole row or chunk)
-    "fold": CHECKOUT,  # the checkout's: the terms folded off the target, each its own at it
-    "old": "g = e_scale * fast_exp({z} - row_max) - tl.where({j} == target, y_scale, 0.0) - w_scale * {w}",
-    "terms": "g = y_scale * (fast_exp({z} - row_max) * inv_s - tl.where({j} == target, 1.0, 0.0)) "
-             "+ w_scale * (sum_w * fast_exp({z} - row_max) * inv_s - {w}) + z_scale * fast_exp({z} - row_max) * inv_s",
-    "old_fixed": "g = tl.where({j} == target, g_y, e_scale * fast_exp({z} - row_max) "
-                 "- tl.where({j} == target, y_scale, 0.0) - w_scale * {w})",
+BODY = "    if FOLD:\n"  # the checkout's _gradient from here to its "    return g": the form by the logits' dtype
+FORMS = {  # each form's g from _gradient's arguments; "checkout": the body as it is
+    "checkout": None,
+    "fold": "g = tl.where(is_target, g_y, e_scale * fast_exp(z - row_max) - w_scale * w)",
+    "terms": "p = fast_exp(z - row_max) * inv_s; g = y_scale * (p - tl.where(is_target, 1.0, 0.0)) "
+             "+ w_scale * (sum_w * p - w) + z_scale * p",
+    "old": "g = e_scale * fast_exp(z - row_max) - tl.where(is_target, y_scale, 0.0) - w_scale * w",
 }
-PASSES = ({"j": "cols", "z": "z_row", "w": "w_row"}, {"j": "offs", "z": "z", "w": "w"})
 
 
 def kernel_of(form: str, folder: Path):
-    """cross_entropy_kernel of a copy of the module's source with the form's g."""
+    """cross_entropy_kernel of a copy of the module's source with the form's g in _gradient."""
     src = SOURCE.read_text()
-    for names in PASSES:
-        line = CHECKOUT.format(**names)
-        if line not in src:
-            sys.exit(f"ce_forms: the checkout's kernel has no line {line!r}: the forms are of another version")
-        src = src.replace(line, FORMS[form].format(**names))
+    start = src.find(BODY, src.find("def _gradient("))
+    end = src.find("    return g\n", start)
+    if "def _gradient(" not in src or start < 0 or end < 0:
+        sys.exit("ce_forms: the checkout's kernel has no _gradient with an `if FOLD:` body: the forms are of another "
+                 "version")
+    if FORMS[form] is not None:
+        src = src[:start] + f"    {FORMS[form]}\n" + src[end:]
     start, end = src.index("@triton.jit\ndef _capped"), src.index("def check_inputs")
     path = folder / f"ce_form_{form}.py"
     path.write_text("import triton\nimport triton.language as tl\nfrom triton_kernels.common import fast_exp\n"
@@ -81,12 +81,12 @@ def main() -> int:
                 outs = {f: (torch.empty(rows, device=device), torch.empty_like(x)) for f in FORMS}
                 for form, kernel in kernels.items():
                     launch(kernel, x, target, scale, *outs[form])
-                ref_loss, ref_dx = outs["fold"]
+                ref_loss, ref_dx = outs["checkout"]
                 ulp = torch.finfo(dtype).eps
                 for form, (loss, dx) in outs.items():
                     bad = (dx.float() - ref_dx.float()).abs() > 2 * ulp * ref_dx.float().abs().clamp_min(1e-30)
                     if not torch.equal(loss, ref_loss) or bad.any():
-                        print(f"{form} {dtype} {shape}: differs from fold ({int(bad.sum())} elements of dlogits,"
+                        print(f"{form} {dtype} {shape}: differs from the checkout ({int(bad.sum())} elements of dlogits,"
                               f" loss equal: {torch.equal(loss, ref_loss)})")
                 calls = {f: (lambda k=kernels[f], o=outs[f]: launch(k, x, target, scale, *o)) for f in FORMS}
                 timings = bench.time_rounds(calls, x.device, rounds=args.rounds)
