@@ -432,13 +432,29 @@ def parse_sanitizers(text: str, returncode: int | None = None) -> dict:
     return data
 
 
+def fuzz_section(part: dict) -> str:
+    """The section of trust.json a randomized run's JSON belongs to, by the operator lab.fuzz writes (--op)."""
+    op = part.get("op", "softmax")
+    return "fuzz" if op == "softmax" else f"fuzz_{op}"
+
+
+def fuzz_settings(part: dict) -> tuple:
+    """What parts of one randomized run share: the seed, --max-elements and --per-shape-cases."""
+    return part["seed"], part.get("max_elements"), part.get("per_shape_cases")
+
+
+def part_record(part: dict) -> dict:
+    """A part as a section lists it: its cases' range, how many were asked, the variants it ran, its commit."""
+    return {"start": part.get("start", 0), "cases": part["cases"], "asked": part.get("asked", part["cases"]),
+            "variants": sorted(part["variants"]), "commit": part.get("commit")}
+
+
 def merge_fuzz(parts: list[dict]) -> dict:
     """One randomized run from its parts (python -m lab.fuzz --start K): counts added, mismatches joined."""
-    if len({(p["seed"], p.get("max_elements"), p.get("per_shape_cases")) for p in parts}) > 1:
+    if len({fuzz_settings(p) for p in parts}) > 1:
         raise SystemExit("trust: the fuzz parts differ in seed, --max-elements or --per-shape-cases")
     merged = {**parts[0], "cases": sum(p["cases"] for p in parts), "variants": {},
-              "parts": [{"start": p.get("start", 0), "cases": p["cases"], "asked": p.get("asked", p["cases"]),
-                         "variants": sorted(p["variants"]), "commit": p.get("commit")} for p in parts]}
+              "parts": [part_record(p) for p in parts]}
     for part in parts:
         for name, c in part["variants"].items():
             into = merged["variants"].setdefault(name, {"cases": 0, "skipped": 0, "not drawn": 0, "mismatches": []})
@@ -446,6 +462,20 @@ def merge_fuzz(parts: list[dict]) -> dict:
                 into[key] += c.get(key, 0)
             into["mismatches"] += c["mismatches"]
     return merged
+
+
+def rerun_fuzz(section: dict, rerun: dict) -> dict:
+    """The section with the variants that `rerun` ran taken from it alone (python -m lab.fuzz --only, run again at a
+    later commit): their earlier counts replaced, their names dropped from the earlier parts; the other variants'
+    counts and parts stay."""
+    if fuzz_settings(rerun) != fuzz_settings(section):
+        raise SystemExit("trust: the rerun differs from its section in seed, --max-elements or --per-shape-cases")
+    ran = set(rerun["variants"])
+    parts = [{**p, "variants": [v for v in p["variants"] if v not in ran]} for p in section.get("parts", [])]
+    variants = {name: rerun["variants"].get(name, c) for name, c in section["variants"].items()}
+    variants.update({name: c for name, c in rerun["variants"].items() if name not in variants})
+    return {**section, "variants": variants,
+            "parts": [p for p in parts if p["variants"]] + [part_record(rerun)]}
 
 
 def write_markdown(data: dict, path: Path) -> None:
@@ -545,6 +575,9 @@ def main() -> int:
     p.add_argument("--refuzz", action="store_true", help="no GPU needed: replace the randomized testing in "
                    "OUT/trust.json with the parts given by --fuzz-json (a part run later; each file to the section "
                    "of its operator) and rewrite trust.md")
+    p.add_argument("--rerun-json", type=Path, nargs="+", help="with --refuzz: parts that ran some variants again "
+                   "(python -m lab.fuzz --only, at a later commit): each replaces those variants' counts in its "
+                   "operator's section (applied after --fuzz-json), the other variants' stay")
     p.add_argument("--sanitizer-summary", type=Path, nargs="+", help="with --refuzz: take section 3 from the saved "
                    "output of scripts/sanitize.sh: a `bash scripts/remote/gpu.sh sanitize` run's checks.txt (its "
                    "header names the commit), or a file for each part where the tools or the driver ran in parts "
@@ -555,19 +588,26 @@ def main() -> int:
         p.error(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     if args.skip_sanitizers:
         args.sections = [s for s in args.sections if s != "sanitizers"]
-    if args.sanitizer_summary and not args.refuzz:
-        sys.exit("trust: --sanitizer-summary goes with --refuzz (a GPU run runs the sanitizers itself)")
+    if (args.sanitizer_summary or args.rerun_json) and not args.refuzz:
+        sys.exit("trust: --sanitizer-summary and --rerun-json go with --refuzz (a GPU run runs the sanitizers and "
+                 "the randomized testing itself)")
     if args.refuzz:
-        if not args.fuzz_json:
-            sys.exit("trust: --refuzz needs --fuzz-json")
+        if not args.fuzz_json and not args.rerun_json:
+            sys.exit("trust: --refuzz needs --fuzz-json or --rerun-json")
         data = json.loads((args.out / "trust.json").read_text())
-        by_section: dict[str, list[dict]] = {}  # each JSON to its operator's section (lab.fuzz writes its --op)
-        for path in args.fuzz_json:
+        by_section: dict[str, list[dict]] = {}  # each JSON to its operator's section
+        for path in args.fuzz_json or []:
             part = json.loads(path.read_text())
-            op = part.get("op", "softmax")
-            by_section.setdefault("fuzz" if op == "softmax" else f"fuzz_{op}", []).append(part)
+            by_section.setdefault(fuzz_section(part), []).append(part)
         for section, parts in by_section.items():
             data[section] = merge_fuzz(parts)
+        for path in args.rerun_json or []:
+            rerun = json.loads(path.read_text())
+            section = fuzz_section(rerun)
+            if section not in data:
+                sys.exit(f"trust: {path} reruns variants of {section}, which {args.out / 'trust.json'} does not have")
+            data[section] = rerun_fuzz(data[section], rerun)
+            by_section.setdefault(section, [])
         data["sections"] = [s for s in SECTIONS if s in {*data.get("sections", SECTIONS), *by_section}
                             or (s == "sanitizers" and args.sanitizer_summary)]
         if args.sanitizer_summary:
@@ -577,7 +617,8 @@ def main() -> int:
                 sys.exit(f"trust: no `compute-sanitizer --tool` line in {' '.join(map(str, args.sanitizer_summary))}")
         (args.out / "trust.json").write_text(json.dumps(data, indent=1, default=str))
         write_markdown(data, args.out / "trust.md")
-        print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json)} fuzz parts"
+        print(f"trust: {args.out / 'trust.md'} rewritten with {len(args.fuzz_json or [])} fuzz parts and "
+              f"{len(args.rerun_json or [])} reruns"
               + (f" and the sanitizers of {len(args.sanitizer_summary)} file(s)" if args.sanitizer_summary else ""))
         return 0
     quiet_third_party()

@@ -221,3 +221,34 @@ def test_racecheck_passes_hazards_only_inside_cublas_and_nothing_else(tmp_path):
     assert trust.parse_sanitizers(line) == {"returncode": 0, "tools": {"racecheck": {
         "exit": 0, "summary": summary, "errors": 0}}, "runs": [{
             "tool": "racecheck", "exit": 0, "summary": summary, "errors": 0, "ran": []}]}
+
+
+def test_a_rerun_replaces_its_variants_counts_and_keeps_the_others(tmp_path):
+    """--rerun-json: a part that ran one variant again (lab.fuzz --only at a later commit) replaces that variant's
+    counts in its section; the other variants' counts and the earlier part stay, the earlier part no longer naming
+    the rerun variant."""
+    first = {"op": "linear_cross_entropy", "seed": 0, "start": 70000, "max_elements": 64, "per_shape_cases": 200,
+             "cases": 2000, "commit": "abc123", "variants": {
+                 "torch.eager": {"cases": 1874, "skipped": 126, "not drawn": 0, "mismatches": []},
+                 "torch.compile": {"cases": 0, "skipped": 200, "not drawn": 1800, "mismatches": []}}}
+    rerun = {**first, "cases": 200, "commit": "def456", "variants": {
+        "torch.compile": {"cases": 41, "skipped": 159, "not drawn": 0, "mismatches": []}}}
+    data = {"environment": {"commit": "abc", "date": "today", "gpu": "GPU"},
+            "fuzz_linear_cross_entropy": trust.merge_fuzz([first])}
+    (tmp_path / "trust.json").write_text(json.dumps(data))
+    (tmp_path / "r.json").write_text(json.dumps(rerun))
+    command = [sys.executable, str(ROOT / "scripts" / "trust.py"), "--out", str(tmp_path), "--refuzz", "--rerun-json",
+               str(tmp_path / "r.json")]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    section = json.loads((tmp_path / "trust.json").read_text())["fuzz_linear_cross_entropy"]
+    assert section["variants"]["torch.compile"]["cases"] == 41
+    assert section["variants"]["torch.eager"]["cases"] == 1874
+    md = (tmp_path / "trust.md").read_text()
+    assert "- cases 70000 to 71999 at commit `abc123`: `torch.eager`" in md
+    assert "- cases 70000 to 70199 at commit `def456`: `torch.compile`" in md
+    assert "| `torch.compile` | 41 | 159 | 0 | 0 |" in md
+    (tmp_path / "r.json").write_text(json.dumps({**rerun, "seed": 1}))  # another run's cases: refused
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert proc.returncode != 0 and "differs from its section" in proc.stderr
