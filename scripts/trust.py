@@ -440,7 +440,7 @@ def fuzz_section(part: dict) -> str:
 
 def fuzz_settings(part: dict) -> tuple:
     """What parts of one randomized run share: the seed, --max-elements and --per-shape-cases."""
-    return part["seed"], part.get("max_elements"), part.get("per_shape_cases")
+    return part.get("seed"), part.get("max_elements"), part.get("per_shape_cases")
 
 
 def part_record(part: dict) -> dict:
@@ -467,15 +467,17 @@ def merge_fuzz(parts: list[dict]) -> dict:
 def rerun_fuzz(section: dict, rerun: dict) -> dict:
     """The section with the variants that `rerun` ran taken from it alone (python -m lab.fuzz --only, run again at a
     later commit): their earlier counts replaced, their names dropped from the earlier parts; the other variants'
-    counts and parts stay."""
+    counts and parts stay. Where the rerun ran every variant it is the section's one part, and its range is the
+    section's."""
     if fuzz_settings(rerun) != fuzz_settings(section):
         raise SystemExit("trust: the rerun differs from its section in seed, --max-elements or --per-shape-cases")
     ran = set(rerun["variants"])
     parts = [{**p, "variants": [v for v in p["variants"] if v not in ran]} for p in section.get("parts", [])]
+    parts = [p for p in parts if p["variants"]] + [part_record(rerun)]
     variants = {name: rerun["variants"].get(name, c) for name, c in section["variants"].items()}
     variants.update({name: c for name, c in rerun["variants"].items() if name not in variants})
-    return {**section, "variants": variants,
-            "parts": [p for p in parts if p["variants"]] + [part_record(rerun)]}
+    alone = {key: rerun.get(key) for key in ("start", "cases", "asked", "commit")} if len(parts) == 1 else {}
+    return {**section, **alone, "variants": variants, "parts": parts}
 
 
 def write_markdown(data: dict, path: Path) -> None:

@@ -249,6 +249,23 @@ def test_a_rerun_replaces_its_variants_counts_and_keeps_the_others(tmp_path):
     assert "- cases 70000 to 71999 at commit `abc123`: `torch.eager`" in md
     assert "- cases 70000 to 70199 at commit `def456`: `torch.compile`" in md
     assert "| `torch.compile` | 41 | 159 | 0 | 0 |" in md
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)  # the same rerun again: the same report
+    assert proc.returncode == 0 and (tmp_path / "trust.md").read_text() == md
     (tmp_path / "r.json").write_text(json.dumps({**rerun, "seed": 1}))  # another run's cases: refused
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     assert proc.returncode != 0 and "differs from its section" in proc.stderr
+
+
+def test_a_rerun_of_every_variant_is_the_sections_one_part():
+    """A rerun that ran every variant of its section (and one it did not have) leaves no earlier part: the section's
+    range and commit are the rerun's, as its report's first line says."""
+    first = trust.merge_fuzz([{"seed": 0, "start": 0, "cases": 2000, "commit": "abc123", "variants": {
+        "torch.eager": {"cases": 2000, "skipped": 0, "not drawn": 0, "mismatches": []}}}])
+    rerun = {"seed": 0, "start": 500, "cases": 100, "asked": 300, "commit": "def456", "variants": {
+        "torch.eager": {"cases": 90, "skipped": 10, "not drawn": 0, "mismatches": []},
+        "lab.auto": {"cases": 100, "skipped": 0, "not drawn": 0, "mismatches": []}}}
+    section = trust.rerun_fuzz(first, rerun)
+    assert (section["start"], section["cases"], section["commit"]) == (500, 100, "def456")
+    assert list(section["variants"]) == ["torch.eager", "lab.auto"]
+    md = "\n".join(trust.fuzz_markdown({**section, "per_shape_cases": 200}))
+    assert "100 seeded cases" in md and "- cases 500 to 599 at commit `def456` (100 of the 300 asked" in md

@@ -75,8 +75,9 @@ def _gradient(z, w, is_target, row_max, inv_s, sum_w, y_scale, w_scale, z_scale,
     leave to a float32 cancellation (a vocabulary of one with z-loss: 1 - 1.46e-4 - 1, 4e-4 of the gradient off, a
     float16 ulp). FOLD (16-bit logits): off the target the factors of p fold into one scalar, e_scale, and the target
     takes g_y, its gradient in that form, computed once a row; float32 logits take the terms at every element. Each
-    dtype's form is the faster of the two there, by Triton's code for them (H200, the streamed pass at rows of 32000
-    and 128256: folded, 16-bit 1.09-1.10x the terms, float32 0.92-1.00x; the whole-row pass takes the same forms)."""
+    dtype's form is the faster of the two there, by the code Triton makes of them (H200, the streamed pass at rows of
+    32000 and 128256, the default options: folded, bfloat16 1.09-1.10x the terms, float32 0.92-1.00x; float16 and the
+    whole-row pass take the same forms untimed; notebook/remaining-gaps-profiled/)."""
     if FOLD:
         g = tl.where(is_target, g_y, e_scale * fast_exp(z - row_max) - w_scale * w)
     else:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device calls of this folder's README, on a machine of one GPU, the build carried as .labso/cur.so.xz (and, for
 # the A/B, the cross-entropy Triton kernel before its gradient's change as .oldkernel/cross_entropy_before_terms.py:
-# `git show 65d2f24^:triton_kernels/cross_entropy.py`). Run from the repository root:
+# `git show` of it at the parent of the commit that took each term's own difference, which
+# `git log triton_kernels/cross_entropy.py` names). Run from the repository root:
 #   1  alone on the GPU, Nsight Compute at the points where lab.auto trails a target (scripts/profile.sh: occupancy,
 #      clusters resident, waves, DRAM throughput) and the CTAs each SM ran (sm__ctas_launched's min, max and sum over
 #      the SMs); then side by side: the GPU test and the sanitize driver's section of the backward's persistent
@@ -13,14 +14,17 @@
 #      gradient's terms, old, and with every term its own at every element, terms). Alone on the GPU:
 #      - the backward's A/B: `lab.test --op softmax_backward` of cuda.register_cached and triton.fused (the same
 #        kernel in both builds: a yardstick) at 16-bit rows of 4096 and 3000, on each build, new, old, old, new;
-#      - the cross-entropy kernel's A/B: triton.looped in three forms, fold (the checkout's: the terms folded off
-#        the target, each its own at it), terms, old, in the order fold, terms, old, old, terms, fold;
+#      - the cross-entropy kernel's A/B: triton.looped in three forms, fold (the checkout's when call 3 ran: the terms
+#        folded off the target, each its own at it, at every dtype), terms, old, in the order fold, terms, old, old,
+#        terms, fold;
 #      then side by side: the GPU tests of the backward and of cross-entropy, the four sanitizers over the backward
 #      (its variants and tuning shapes), and cross-entropy's randomized testing of its Triton variants and lab.auto
 #      with the gradient.
-#   4  alone on the GPU, the cross-entropy kernel's gradient in four forms timed in one process (ce_forms.py); then
+#   4  alone on the GPU, the cross-entropy kernel's gradient in its forms timed in one process (ce_forms.py: at call 4
+#      fold, old, terms and old_fixed, the checkout's form then fold; the checkout's own form since); then
 #      the GPU tests of the backward and of cross-entropy (call 3's were stopped by their time limit).
-#   5  after the kernel took each dtype's faster form: alone, ce_forms.py (the checkout's form beside the three);
+#   5  after the kernel took each dtype's faster form: alone, ce_forms.py (at call 5 the checkout's form beside fold,
+#      terms and old);
 #      then side by side, the GPU tests of cross-entropy and the linear cross-entropy, and cross-entropy's randomized
 #      testing of its Triton variants and lab.auto with the gradient.
 # LAB_COMMIT (the commit the build is of) is written into the outputs; the device's copy of .git is not current.
@@ -60,9 +64,11 @@ case ${1:-} in
      prof fwd_f32_9x151936 softmax lab.auto 9x151936 float32
      prof bwd_bf16_4096x4096_register_cached softmax_backward cuda.register_cached 4096x4096 bfloat16
      prof bwd_bf16_4096x4096_triton_fused softmax_backward triton.fused 4096x4096 bfloat16 backward
-     timeout 240 python -m pytest -q -m gpu tests/test_operators.py -k "backward_cluster" >"$OUT/tests.txt" 2>&1 &
-     timeout 240 python scripts/sanitize_driver.py --op softmax_backward --variant cuda.cluster --no-tuning-shapes \
-       >"$OUT/driver.txt" 2>&1 &
+     { timeout 240 python -m pytest -q -m gpu tests/test_operators.py -k "backward_cluster" >"$OUT/tests.txt" 2>&1
+       echo "exit $?" >>"$OUT/tests.txt"; } &
+     { timeout 240 python scripts/sanitize_driver.py --op softmax_backward --variant cuda.cluster --no-tuning-shapes \
+         >"$OUT/driver.txt" 2>&1
+       echo "exit $?" >>"$OUT/driver.txt"; } &
      { for op in linear_cross_entropy linear_cross_entropy_loss; do
          timeout -s INT 170 python -m lab.fuzz --op $op --only torch.compile --max-elements 4194304 --start 70000 \
            --cases 200 --json "$OUT/fuzz_$op.json" >"$OUT/fuzz_$op.txt" 2>&1
