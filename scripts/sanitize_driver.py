@@ -21,6 +21,7 @@ from lab.backends.cuda_variants import (
     AUTO,
     CUDA_OPS,
     backward_cluster_persistent_shapes,
+    backward_cluster_shapes,
     cluster_shapes,
     cluster_thresholds,
     load_extension,
@@ -345,12 +346,10 @@ if "softmax" in wanted and not args.no_tuning_shapes and not args.variant:
 # boundary), and once over 16 CTAs (the largest cluster), on a persistent grid and one cluster per row.
 if "softmax_backward" in wanted and not args.no_tuning_shapes and not args.variant:
     op = operators.get("softmax_backward")
-    flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
     ran = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         pack = pack_elements(dtype)
-        for index in range(len(flat) // 3):
-            threads, packs, _ = flat[3 * index:3 * index + 3]  # the third: dy in shared memory
+        for index, (threads, packs, _) in enumerate(backward_cluster_shapes()):  # the third: dy in shared memory
             n = 2 * threads * packs * pack - 3 * pack
             for shape, c in ((Shape(3, n), 2), (Shape(9, n - 1), 2), (Shape(2, 8 * threads * packs * pack + 5), 16)):
                 for persistent in (True, False):

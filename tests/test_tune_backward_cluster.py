@@ -44,7 +44,7 @@ def test_refuses_without_a_gpu():
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="needs a GPU with thread-block clusters (sm_90)")
 def test_the_shapes_are_the_kernels_and_a_point_is_timed(tmp_path, monkeypatch):
-    assert tune.shapes() == SHAPES
+    assert tune.backward_cluster_shapes() == SHAPES
     monkeypatch.setattr(tune.inputs, "SWEEPS", {"fixed": (tune.inputs.Shape(64, 65536),), "tutorial": ()})
     out = tmp_path / "tune.json"
     assert tune.main(["--dtype", "bfloat16", "--json", str(out)]) == 0

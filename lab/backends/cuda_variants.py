@@ -166,6 +166,17 @@ def cluster_thresholds(dtype: torch.dtype) -> list[int]:
     return ends
 
 
+def backward_cluster_shapes() -> list[tuple[int, int, int]]:
+    """softmax_backward's cuda.cluster CTA shapes compiled into lab._C, in the order its tuning op indexes them:
+    (threads, 16-byte packs of y and of dy per thread, dy in shared memory 1 or 0)."""
+    load_extension()
+    flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
+    if len(flat) % 3:
+        raise RuntimeError(f"lab._C lists its backward cluster shapes in {len(flat)} numbers, not 3 per shape: an "
+                           "older build? Rebuild with bash build.sh")
+    return [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+
+
 def backward_cluster_persistent_shapes(dtype: torch.dtype) -> list[tuple[Shape, int]]:
     """(shape, cluster size) at the longest row of each entry of softmax_backward's cuda.cluster table that launches
     a persistent grid, on more rows than twice the clusters one wave of the current GPU holds, so that every cluster

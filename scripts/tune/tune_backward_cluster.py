@@ -23,7 +23,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2])]  # the checkout, wherever this runs from
 from lab import bench, check, inputs  # noqa: E402
-from lab.backends.cuda_variants import load_extension  # noqa: E402
+from lab.backends.cuda_variants import backward_cluster_shapes, load_extension  # noqa: E402
 from lab.dispatch import pack_elements  # noqa: E402
 from lab.operators.softmax_backward import SOFTMAX_BACKWARD, make_inputs  # noqa: E402
 from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
@@ -31,12 +31,6 @@ from lab.registry import ALL_DTYPES, dtype_name  # noqa: E402
 CLUSTERS = (1, 2, 3, 4, 6, 8, 12, 16)
 TWO_PASS = -1  # torch.ops.lab_tune.softmax_backward_cluster's shape for two_pass (kStreamingShape)
 DTYPES = {dtype_name(d): d for d in ALL_DTYPES}
-
-
-def shapes() -> list[tuple[int, int, int]]:
-    """The kernel's CTA shapes: (threads, packs, dy in shared memory 1 or 0)."""
-    flat = list(torch.ops.lab_tune.softmax_backward_cluster_shapes())
-    return [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
 
 
 def candidates(n: int, dtype: torch.dtype, table: list[tuple[int, int, int]]):
@@ -99,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         sys.exit("tune_backward_cluster: needs a CUDA GPU")
     load_extension()
-    table = shapes()
+    table = backward_cluster_shapes()
     rows = []
     for name in args.dtype or [dtype_name(d) for d in ALL_DTYPES]:
         dtype = DTYPES[name]
